@@ -1,0 +1,52 @@
+# Everything runs from the project's own virtualenv, created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DATA_DIR ?= $(CURDIR)/.data
+HOST ?= 127.0.0.1
+PORT ?= 8765
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test lint bench install install-dev ingest-sample clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch first, pinned to the CPU build, so no dependency pulls a multi-GB CUDA build.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[bge-m3,dev]"
+	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+	touch $(VENV)/.installed
+
+ingest-sample: install
+	$(BIN)/lookup-knowledge-mcp ingest examples/knowledge --data-dir "$(DATA_DIR)"
+
+run: ingest-sample
+	@$(BIN)/python scripts/print-connect-help.py --data-dir "$(DATA_DIR)" --host $(HOST) --port $(PORT)
+	$(BIN)/lookup-knowledge-mcp serve --transport streamable-http --host $(HOST) --port $(PORT) --data-dir "$(DATA_DIR)"
+
+test: install-dev
+	$(BIN)/python -m pytest -q
+	bash scripts/inspector-smoke
+	bash scripts/conformance
+
+lint: install-dev
+	$(BIN)/ruff check server storage retrieval tests bench scripts
+	$(BIN)/ruff format --check server storage retrieval tests bench
+	$(BIN)/mypy
+
+bench: install-dev
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .data .pytest_cache

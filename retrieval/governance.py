@@ -1,0 +1,189 @@
+"""Governance: the tier x water-level matrix that decides whether the session may look up again.
+
+The water level is how much of its retrieval budget a session has used, by a configurable
+metric. The decision is enforced by the lookup service (a STOP closes the circuit), not only
+advised in the prompt: the predecessor's agents ignored prompt rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from retrieval.relevance import Language, Tier
+
+
+class WaterLevel(StrEnum):
+    LOW = "LOW"
+    MEDIUM = "MEDIUM"
+    HIGH = "HIGH"
+
+
+class NextCall(StrEnum):
+    ALLOW = "ALLOW"
+    TARGETED_ONLY = "TARGETED_ONLY"
+    STOP = "STOP"
+
+
+WaterMetric = Literal["calls", "tokens", "domains"]
+GuidanceKey = Literal[
+    "allow",
+    "targeted_only",
+    "stop_budget",
+    "stop_deduped",
+    "circuit_open",
+    "missing_dimension_required",
+    "domain_retrieved",
+]
+_DECIDING_TIERS = (Tier.PRECISE, Tier.HIGHLY_RELEVANT, Tier.REFERENCE, Tier.DEDUPED)
+
+
+class LevelBounds(BaseModel):
+    """LOW while usage <= low_max, MEDIUM while <= medium_max, HIGH beyond."""
+
+    model_config = {"frozen": True}
+
+    low_max: int = Field(ge=0)
+    medium_max: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LevelBounds:
+        if self.low_max >= self.medium_max:
+            raise ValueError(f"low_max ({self.low_max}) must be below medium_max ({self.medium_max})")
+        return self
+
+    def level(self, usage: int) -> WaterLevel:
+        if usage <= self.low_max:
+            return WaterLevel.LOW
+        if usage <= self.medium_max:
+            return WaterLevel.MEDIUM
+        return WaterLevel.HIGH
+
+
+def _default_matrix() -> dict[Tier, dict[WaterLevel, NextCall]]:
+    allow, targeted, stop = NextCall.ALLOW, NextCall.TARGETED_ONLY, NextCall.STOP
+    return {
+        Tier.PRECISE: {WaterLevel.LOW: allow, WaterLevel.MEDIUM: allow, WaterLevel.HIGH: stop},
+        Tier.HIGHLY_RELEVANT: {WaterLevel.LOW: allow, WaterLevel.MEDIUM: allow, WaterLevel.HIGH: stop},
+        Tier.REFERENCE: {WaterLevel.LOW: targeted, WaterLevel.MEDIUM: targeted, WaterLevel.HIGH: stop},
+        Tier.DEDUPED: {WaterLevel.LOW: stop, WaterLevel.MEDIUM: stop, WaterLevel.HIGH: stop},
+    }
+
+
+def _default_guidance() -> dict[Language, dict[GuidanceKey, str]]:
+    return {
+        "en": {
+            "allow": "enough budget ({calls_used} lookups used, water level {water_level}): "
+            "another lookup is allowed only for a topic not covered yet.",
+            "targeted_only": "enough budget: one targeted lookup for the missing dimension is allowed; "
+            "pass missing_dimension to say what is missing.",
+            "stop_budget": "budget high: answer from what you have, lookup_knowledge is now closed "
+            "for this session.",
+            "stop_deduped": "this content is already in your context: answer from what you have, "
+            "lookup_knowledge is now closed for this session.",
+            "circuit_open": "lookup_knowledge is closed for this session: answer from what you have. "
+            "An incomplete answer is acceptable; a repeated lookup is not.",
+            "missing_dimension_required": "only a targeted lookup is allowed now: call again with "
+            "missing_dimension naming the aspect you still lack, or answer from what you have.",
+            "domain_retrieved": "this domain was already retrieved in this session: answer from what you "
+            "have, or name the missing dimension for one targeted lookup.",
+        },
+        "zh": {
+            "allow": "检索预算充足（已调用 {calls_used} 次，水位 {water_level}）：仅允许针对尚未覆盖的主题再检索。",
+            "targeted_only": "水位充足：可针对缺少的维度定向补充检索一次，请用 missing_dimension 说明缺少什么。",
+            "stop_budget": "水位已高：请直接基于已有信息回答，本会话的 lookup_knowledge 已关闭。",
+            "stop_deduped": "该内容已在上下文中：请基于已有信息回答，本会话的 lookup_knowledge 已关闭。",
+            "circuit_open": "本会话的 lookup_knowledge 已熔断：请基于已有信息回答。不查全不会被追责，重复检索才会。",
+            "missing_dimension_required": "现在只允许定向补充：请在 missing_dimension 中说明缺少的具体维度后再调用，"
+            "或直接基于已有信息回答。",
+            "domain_retrieved": "该域在本会话中已检索过：请基于已有信息回答，或说明缺少的维度后定向补充一次。",
+        },
+    }
+
+
+class GovernanceConfig(BaseModel):
+    """The decision matrix, water levels, guidance templates and domain policy."""
+
+    enabled: bool = Field(default=True, description="false: never refuse (a stateless retriever).")
+    water_metric: WaterMetric = Field(default="calls", description="What the water level measures.")
+    levels: dict[WaterMetric, LevelBounds] = Field(
+        default_factory=lambda: {
+            "calls": LevelBounds(low_max=3, medium_max=7),
+            "tokens": LevelBounds(low_max=3000, medium_max=9000),
+            "domains": LevelBounds(low_max=1, medium_max=3),
+        },
+        description="Bounds per metric: LOW <= low_max < MEDIUM <= medium_max < HIGH.",
+    )
+    matrix: dict[Tier, dict[WaterLevel, NextCall]] = Field(
+        default_factory=_default_matrix,
+        description="tier x water level -> next_call. NO_MATCH uses REFERENCE.",
+    )
+    domain_policy: Literal["soft", "hard"] = Field(
+        default="soft",
+        description="hard: a lookup landing in an already-retrieved domain is refused unless "
+        "missing_dimension is given; soft: only reported.",
+    )
+    guidance: dict[Language, dict[GuidanceKey, str]] = Field(
+        default_factory=_default_guidance, description="Circuit-breaker texts; {calls_used}, {water_level}."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> GovernanceConfig:
+        if self.water_metric not in self.levels:
+            raise ValueError(f"levels has no bounds for water_metric {self.water_metric!r}")
+        for tier in _DECIDING_TIERS:
+            row = self.matrix.get(tier)
+            missing = [level.value for level in WaterLevel if row is None or level not in row]
+            if missing:
+                raise ValueError(f"matrix.{tier.value} lacks a decision for {', '.join(missing)}")
+        for language, texts in self.guidance.items():
+            missing_keys = sorted(set(GuidanceKey.__args__) - set(texts))  # type: ignore[attr-defined]
+            if missing_keys:
+                raise ValueError(f"guidance.{language} lacks {', '.join(missing_keys)}")
+        return self
+
+
+@dataclass(frozen=True)
+class Usage:
+    """How much a session has used, counting the current call."""
+
+    calls: int
+    tokens: int
+    domains: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    water_level: WaterLevel
+    next_call: NextCall
+    guidance_key: GuidanceKey
+
+
+def water_level(config: GovernanceConfig, usage: Usage) -> WaterLevel:
+    value = {"calls": usage.calls, "tokens": usage.tokens, "domains": usage.domains}[config.water_metric]
+    return config.levels[config.water_metric].level(value)
+
+
+def decide(config: GovernanceConfig, tier: Tier, usage: Usage) -> Decision:
+    """Look up next_call for a result of this tier at this water level."""
+    level = water_level(config, usage)
+    deciding_tier = Tier.REFERENCE if tier is Tier.NO_MATCH else tier
+    next_call = config.matrix[deciding_tier][level]
+    if next_call is NextCall.STOP:
+        key: GuidanceKey = (
+            "stop_deduped" if tier is Tier.DEDUPED and level is not WaterLevel.HIGH else "stop_budget"
+        )
+    elif next_call is NextCall.TARGETED_ONLY:
+        key = "targeted_only"
+    else:
+        key = "allow"
+    return Decision(level, next_call, key)
+
+
+def guidance_text(config: GovernanceConfig, key: GuidanceKey, language: Language, usage: Usage) -> str:
+    """Render a guidance template for the session's usage."""
+    template = config.guidance.get(language) or config.guidance["en"]
+    return template[key].format(calls_used=usage.calls, water_level=water_level(config, usage).value)

@@ -1,0 +1,70 @@
+"""The result models that the MCP tool and the CLI return. No raw scores, ever."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RelevanceLevel = Literal["PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED", "NO_MATCH"]
+DedupReason = Literal["doc_retrieved", "domain_retrieved", "circuit_open", "missing_dimension_required"]
+SessionScope = Literal["explicit", "mcp-session", "connection", "none"]
+
+
+class DocumentContent(BaseModel):
+    doc_key: str = Field(description="Path of the document relative to the knowledge base root.")
+    title: str
+    domain: str
+    content: str
+
+
+class AlreadyInContext(BaseModel):
+    doc_key: str
+    title: str
+
+
+class Budget(BaseModel):
+    calls_used: int = Field(description="lookup_knowledge calls this session has made, this one included.")
+    water_level: Literal["LOW", "MEDIUM", "HIGH"] | None = Field(
+        description="How much of its retrieval budget the session has used; null without session memory."
+    )
+    next_call: Literal["ALLOW", "TARGETED_ONLY", "STOP"] | None = Field(
+        description="ALLOW: another lookup on a new topic is fine. TARGETED_ONLY: only with "
+        "missing_dimension. STOP: lookup_knowledge is closed for this session; answer now."
+    )
+    guidance: str = Field(description="What to do next, in plain words.")
+
+
+class LookupResult(BaseModel):
+    found: bool = Field(description="Whether new content is returned.")
+    relevance_level: RelevanceLevel
+    completeness_hint: str = Field(description="Whether looking further can help.")
+    primary: DocumentContent | None = None
+    supplement: list[DocumentContent] = Field(default_factory=list)
+    retrieved_domains_this_session: list[str] = Field(default_factory=list)
+    dedup_reason: DedupReason | None = None
+    already_in_context: list[AlreadyInContext] = Field(
+        default_factory=list, description="Documents that matched but this session already has."
+    )
+    session_scope: SessionScope = "none"
+    message: str = ""
+    budget: Budget
+
+
+class DomainInfo(BaseModel):
+    domain_id: str
+    description: str
+    covers: list[str] = Field(description="Document titles and keywords in this domain.")
+    document_count: int
+    when_to_retrieve: str
+
+
+class KnowledgeMap(BaseModel):
+    domains: list[DomainInfo]
+    document_count: int
+
+
+class ResetResult(BaseModel):
+    session_scope: SessionScope
+    forgotten: bool = Field(description="Whether the session had memory to forget.")
+    message: str

@@ -1,0 +1,282 @@
+"""The MCP server: tools, resources and prompts over the lookup service. Handlers stay thin."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import AfterValidator, Field
+
+from retrieval.embedders import Embedder, EmbedderError
+from retrieval.models import DomainInfo, KnowledgeMap, LookupResult, ResetResult
+from retrieval.service import LookupOutcome, LookupRequest, UnknownDomainError
+from server import prompts
+from server.config_watch import SettingsHolder
+from server.rendering import render_lookup
+from server.resources import AppResources, WarmupError
+from server.session import SessionIdentity, SessionKeyError, resolve_session
+from server.settings import Settings
+from storage.vector_store import MilvusVectorStore
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "lookup-knowledge-mcp"
+INSTRUCTIONS = (
+    "A team knowledge base. Call lookup_knowledge for facts from it; read relevance_level and budget in "
+    "every result, and stop looking up when the result says so. knowledge://map lists the domains."
+)
+
+
+def _no_bad_characters(value: str, field: str) -> str:
+    for position, char in enumerate(value):
+        code = ord(char)
+        if 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"{field} contains a lone surrogate (U+{code:04X}) at position {position}")
+        if (code < 0x20 and char not in "\t\n\r") or 0x7F <= code < 0xA0:
+            raise ValueError(f"{field} contains control character U+{code:04X} at position {position}")
+    return value
+
+
+def _query(value: str) -> str:
+    if not value.strip():
+        raise ValueError("query must not be blank")
+    return _no_bad_characters(value, "query")
+
+
+def _optional_text(field: str):  # type: ignore[no-untyped-def]
+    def check(value: str | None) -> str | None:
+        return None if value is None else _no_bad_characters(value, field)
+
+    return check
+
+
+Query = Annotated[
+    str,
+    Field(min_length=1, max_length=2000, description="What you need to know, 1-2000 characters."),
+    AfterValidator(_query),
+]
+Domain = Annotated[
+    str | None,
+    Field(default=None, max_length=128, description="Restrict to one domain of knowledge://map."),
+    AfterValidator(_optional_text("domain")),
+]
+TopK = Annotated[int, Field(ge=1, le=10, strict=True, description="Documents to return at most (1-10).")]
+MissingDimension = Annotated[
+    str | None,
+    Field(
+        default=None,
+        max_length=500,
+        description="The aspect you still lack after earlier results; required for a targeted lookup.",
+    ),
+    AfterValidator(_optional_text("missing_dimension")),
+]
+PromptLanguage = Literal["en", "zh"]
+
+
+def app(ctx: Context) -> AppResources:
+    """The resources the lifespan yielded."""
+    return ctx.request_context.lifespan_context  # type: ignore[no-any-return]
+
+
+def session_of(ctx: Context) -> SessionIdentity:
+    """Resolve the calling session (see server.session for the order)."""
+    rc = ctx.request_context
+    request = rc.request
+    resources = app(ctx)
+    try:
+        return resolve_session(
+            headers=ctx.headers,
+            meta=rc.meta,
+            query_params=getattr(request, "query_params", None),
+            # The SDK exposes the per-connection object only privately; it is stable for the
+            # life of a handshake-era connection, which is what "connection scope" needs.
+            connection=getattr(rc.session, "_connection", None),
+            is_http=request is not None,
+            stdio_key=resources.stdio_key,
+            handshake=rc.protocol_version not in MODERN_PROTOCOL_VERSIONS,
+        )
+    except SessionKeyError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def create_server(
+    settings: Settings,
+    *,
+    config_path: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    embedder: Embedder | None = None,
+    store: MilvusVectorStore | None = None,
+    stdio_key: str | None = None,
+    holder: SettingsHolder | None = None,
+) -> MCPServer[AppResources]:
+    """Build the server; tests inject an embedder or store, the CLI passes the config path for hot reload."""
+    holder = holder or SettingsHolder(settings, config_path, overrides or {})
+    resources = AppResources(holder, embedder=embedder, store=store, stdio_key=stdio_key)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[AppResources]) -> AsyncIterator[AppResources]:
+        await resources.acquire()
+        try:
+            yield resources
+        finally:
+            await resources.release()
+
+    mcp: MCPServer[AppResources] = MCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
+    )
+    mcp.resources_state = resources  # type: ignore[attr-defined]  # for tests and the eval command
+
+    @mcp.tool(
+        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=False, openWorldHint=False),
+    )
+    async def lookup_knowledge(
+        query: Query,
+        ctx: Context,
+        domain: Domain = None,
+        top_k: TopK = 3,
+        missing_dimension: MissingDimension = None,
+    ) -> Annotated[CallToolResult, LookupResult]:
+        """Look up the team knowledge base (markdown docs; Chinese and English).
+
+        Call it when you need facts from the knowledge base. Each result gives:
+        - relevance_level: PRECISE (an exact match; nothing more precise exists, stop), HIGHLY_RELEVANT
+          (good enough; further lookups rarely help), REFERENCE (background only; a further lookup must be
+          targeted: pass missing_dimension), DEDUPED (you already have these documents; answer), NO_MATCH
+          (nothing relevant; do not retry with other words).
+        - retrieved_domains_this_session and already_in_context: what you already hold. A document is never
+          sent twice to the same session, so rephrasing a lookup in the same domain returns DEDUPED.
+        - budget.next_call: ALLOW, TARGETED_ONLY (only with missing_dimension) or STOP (lookup_knowledge is
+          closed for this session: answer from what you have).
+        Stopping with partial information is acceptable; repeating a lookup is not.
+        """
+        return await _lookup(ctx, query, domain, top_k, missing_dimension)
+
+    async def _lookup(
+        ctx: Context, query: str, domain: str | None, top_k: int, missing_dimension: str | None
+    ) -> CallToolResult:
+        started = time.perf_counter()
+        resources = app(ctx)
+        identity = session_of(ctx)
+        arguments = {"query": query, "domain": domain, "top_k": top_k, "missing_dimension": missing_dimension}
+        outcome: LookupOutcome | None = None
+        error: str | None = None
+        try:
+            service = await resources.lookup_service()
+            request = LookupRequest(query, domain, top_k, missing_dimension)
+            outcome = await service.lookup(request, session_key=identity.key, scope=identity.scope)
+        except (UnknownDomainError, WarmupError, EmbedderError) as exc:
+            error = str(exc)
+            raise ToolError(error) from exc
+        except Exception as exc:
+            # A store or model failure mid-request: report it as a tool error and keep serving.
+            logger.exception("lookup_knowledge failed")
+            error = f"lookup failed: {type(exc).__name__}: {exc}"
+            raise ToolError(error) from exc
+        finally:
+            await resources.record(
+                tool_name="lookup_knowledge",
+                session_key=identity.key,
+                session_scope=identity.scope,
+                arguments=arguments,
+                outcome=outcome,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                error=error,
+            )
+        result = outcome.result
+        return CallToolResult(
+            content=[TextContent(type="text", text=render_lookup(result))],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True))
+    async def reset_session(ctx: Context) -> ResetResult:
+        """Forget what this session has retrieved and reopen lookup_knowledge.
+
+        Call it when you start a new, unrelated task in the same conversation or process.
+        """
+        started = time.perf_counter()
+        resources = app(ctx)
+        identity = session_of(ctx)
+        forgotten = resources.memory.clear(identity.key) if identity.key else False
+        message = (
+            "session memory cleared; lookup_knowledge is open again"
+            if identity.key
+            else "no session could be identified, so there was no memory to clear"
+        )
+        await resources.record(
+            tool_name="reset_session",
+            session_key=identity.key,
+            session_scope=identity.scope,
+            arguments={},
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+        return ResetResult(session_scope=identity.scope, forgotten=forgotten, message=message)
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False))
+    async def list_knowledge_domains(ctx: Context) -> KnowledgeMap:
+        """List the knowledge base's domains: what each covers and when to retrieve from it.
+
+        For planning: route each step that needs knowledge to one domain.
+        """
+        started = time.perf_counter()
+        resources = app(ctx)
+        identity = session_of(ctx)
+        knowledge_map = await _knowledge_map(resources)
+        await resources.record(
+            tool_name="list_knowledge_domains",
+            session_key=identity.key,
+            session_scope=identity.scope,
+            arguments={},
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+        return knowledge_map
+
+    async def _knowledge_map(resources: AppResources) -> KnowledgeMap:
+        try:
+            service = await resources.lookup_service()
+        except WarmupError as exc:
+            raise ToolError(str(exc)) from exc
+        return service.engine.knowledge_map()
+
+    @mcp.resource("knowledge://map", name="knowledge-map", mime_type="application/json")
+    async def knowledge_map_resource() -> str:
+        """Every domain with domain_id, description, covers, document_count and when_to_retrieve."""
+        return (await _knowledge_map(resources)).model_dump_json(indent=2)
+
+    @mcp.resource("knowledge://domain/{domain}", name="knowledge-domain", mime_type="application/json")
+    async def domain_resource(domain: str) -> str:
+        """One domain of the knowledge map."""
+        knowledge_map = await _knowledge_map(resources)
+        found: DomainInfo | None = next((d for d in knowledge_map.domains if d.domain_id == domain), None)
+        if found is None:
+            known = ", ".join(d.domain_id for d in knowledge_map.domains)
+            raise ResourceError(f"unknown domain {domain!r}; known domains: {known}")
+        return found.model_dump_json(indent=2)
+
+    @mcp.resource("knowledge://stats", name="knowledge-stats", mime_type="application/json")
+    async def stats_resource() -> str:
+        """The invocation-log summary (calls, tiers, dedup reasons, redundant-call rate, latency)."""
+        from server.stats_command import stats_summary
+
+        return json.dumps(await stats_summary(resources), ensure_ascii=False, indent=2)
+
+    @mcp.prompt()
+    def executor_retrieval_rules(language: PromptLanguage = "en") -> str:
+        """The four retrieval rules for an executor agent that calls lookup_knowledge."""
+        return prompts.executor_rules(language)
+
+    @mcp.prompt()
+    async def planner_with_knowledge_map(language: PromptLanguage = "en") -> str:
+        """A planner system prompt with the knowledge map injected."""
+        return prompts.planner_prompt(await _knowledge_map(resources), language)
+
+    return mcp

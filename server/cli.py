@@ -1,0 +1,138 @@
+"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, eval.
+
+Logs and progress go to stderr; stdout carries only results (and, under ``serve`` on stdio,
+belongs to the protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from server.settings import ConfigError, Settings, config_path_from_env, load_settings
+
+logger = logging.getLogger("lookup_knowledge")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "pymilvus", "milvus_lite", "urllib3", "uvicorn.access", "faiss", "faiss.loader"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Milvus Lite's embedded gRPC server logs an ERROR traceback for a timestamp call that
+    # pymilvus makes and Lite does not implement; the call's failure is handled by pymilvus.
+    logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="state directory (env LOOKUP_KNOWLEDGE_DATA_DIR)")
+    parser.add_argument("--config", type=Path, help="YAML config file (env LOOKUP_KNOWLEDGE_CONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lookup-knowledge-mcp",
+        description="MCP knowledge server: graded relevance tiers, per-session action memory, governance.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="ingest a directory of .md/.txt files (incremental, idempotent)")
+    p.add_argument("directory", type=Path)
+    _common(p)
+
+    p = sub.add_parser("lookup", help="run one lookup and print the result model")
+    p.add_argument("query")
+    p.add_argument("--domain")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the JSON result")
+    _common(p)
+
+    p = sub.add_parser("map", help="print the knowledge map (domains, coverage, when to retrieve)")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+
+    p = sub.add_parser("calibrate", help="measure hit@1/MRR/tier accuracy and propose thresholds")
+    p.add_argument("queries", type=Path, help='JSONL lines {"query": ..., "doc": doc_key | null}')
+    p.add_argument("--write", action="store_true", help="write the proposed thresholds into --config")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+
+    p = sub.add_parser("serve", help="run the MCP server")
+    p.add_argument("--transport", choices=["stdio", "sse", "streamable-http"], default="stdio")
+    p.add_argument("--host", default=None, help="bind address for HTTP (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port for HTTP (default 8765)")
+    p.add_argument(
+        "--auth-token", default=None, help="require this bearer token (env LOOKUP_KNOWLEDGE_AUTH_TOKEN)"
+    )
+    p.add_argument("--stateless", action="store_true", help="streamable HTTP without MCP sessions")
+    _common(p)
+
+    p = sub.add_parser("stats", help="summarise the invocation log")
+    p.add_argument("--since", default=None, help="e.g. 24h, 7d, 30m")
+    p.add_argument("--session", default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--png", type=Path, default=None, help="also draw a chart to this PNG file")
+    _common(p)
+
+    p = sub.add_parser("eval", help="replay agent traces through the MCP server")
+    p.add_argument(
+        "trace", type=Path, help='JSONL lines {"session":..., "query":..., "missing_dimension"?:...}'
+    )
+    p.add_argument("--baseline", action="store_true", help="also run with governance and dedup off")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None, dict[str, Any]]:
+    """Settings from --config/env, with the flags that override them."""
+    config_path = args.config or config_path_from_env()
+    overrides: dict[str, Any] = {}
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    http: dict[str, Any] = {}
+    if getattr(args, "host", None):
+        http["host"] = args.host
+    if getattr(args, "port", None):
+        http["port"] = args.port
+    token = getattr(args, "auth_token", None) or os.environ.get("LOOKUP_KNOWLEDGE_AUTH_TOKEN")
+    if token:
+        http["auth_token"] = token
+    if http:
+        base = load_settings(config_path, **overrides).http.model_dump()
+        overrides["http"] = {**base, **http}
+    return load_settings(config_path, **overrides), config_path, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        settings, config_path, overrides = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from server import commands
+
+    handler = getattr(commands, f"cmd_{args.command}")
+    try:
+        result = handler(args, settings, config_path, overrides)
+        return int(asyncio.run(result) if asyncio.iscoroutine(result) else result)
+    except KeyboardInterrupt:
+        return 130
+    except commands.CommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

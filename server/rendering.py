@@ -1,0 +1,43 @@
+"""Compact, readable text for clients that show only a tool's text content."""
+
+from __future__ import annotations
+
+from retrieval.models import DocumentContent, KnowledgeMap, LookupResult
+
+
+def _doc(label: str, doc: DocumentContent) -> list[str]:
+    return [f"## {label}: {doc.title}  [{doc.domain}] ({doc.doc_key})", doc.content.strip(), ""]
+
+
+def render_lookup(result: LookupResult) -> str:
+    """The same result as the structured content, as markdown-ish text."""
+    lines = [
+        f"relevance: {result.relevance_level}" + (f" ({result.dedup_reason})" if result.dedup_reason else "")
+    ]
+    lines.append(f"completeness: {result.completeness_hint}")
+    budget = result.budget
+    if budget.next_call:
+        lines.append(
+            f"budget: {budget.calls_used} calls, water level {budget.water_level}, next: {budget.next_call}"
+        )
+    lines.append(f"guidance: {budget.guidance}")
+    domains = ", ".join(result.retrieved_domains_this_session) or "none"
+    lines.append(f"retrieved domains this session: {domains} (session scope: {result.session_scope})")
+    if result.already_in_context:
+        listed = "; ".join(f"{d.title} ({d.doc_key})" for d in result.already_in_context)
+        lines.append(f"already in your context: {listed}")
+    lines.append("")
+    if result.primary:
+        lines += _doc("primary", result.primary)
+    for doc in result.supplement:
+        lines += _doc("supplement", doc)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_map(knowledge_map: KnowledgeMap) -> str:
+    lines = [f"{knowledge_map.document_count} documents in {len(knowledge_map.domains)} domains", ""]
+    for domain in knowledge_map.domains:
+        lines.append(f"- {domain.domain_id} ({domain.document_count} docs): {domain.description}")
+        lines.append(f"  when to retrieve: {domain.when_to_retrieve}")
+        lines.append(f"  covers: {', '.join(domain.covers[:12])}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""Process-wide resources of the server, owned by the MCP lifespan.
+
+The lifespan acquires them and releases them in ``finally``. They are reference-counted
+because the SSE transport enters the lifespan once per connection while the model, Milvus and
+the action memory must be shared by all connections of the process. Opening the embedder and
+Milvus takes seconds, so it runs in a background thread: ``initialize`` answers at once and
+the first lookup waits for the warm-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from retrieval.embedders import Embedder
+from retrieval.service import LookupOutcome, LookupService
+from retrieval.tracker import ActionMemory
+from server.config_watch import SettingsHolder
+from server.runtime import Runtime, open_runtime, policy_from
+from server.settings import Settings
+from storage.invocation_log import InvocationLog, InvocationRecord
+from storage.vector_store import MilvusVectorStore
+
+logger = logging.getLogger(__name__)
+
+
+class WarmupError(RuntimeError):
+    """The embedder or Milvus could not be opened; every lookup reports this."""
+
+
+class AppResources:
+    """Shared state of one server process: settings, action memory, retrieval stack and log."""
+
+    def __init__(
+        self,
+        holder: SettingsHolder,
+        *,
+        embedder: Embedder | None = None,
+        store: MilvusVectorStore | None = None,
+        stdio_key: str | None = None,
+    ) -> None:
+        settings = holder.current()
+        self.holder = holder
+        self.stdio_key = stdio_key
+        self.memory = ActionMemory(
+            ttl_seconds=settings.memory.ttl_seconds,
+            max_sessions=settings.memory.max_sessions,
+            on_change=self._persist_memory,
+        )
+        self._embedder = embedder
+        self._store = store
+        self._refs = 0
+        self._lock = asyncio.Lock()
+        self._warmup: asyncio.Task[Runtime] | None = None
+        self.runtime: Runtime | None = None
+        self.service: LookupService | None = None
+        self.log: InvocationLog | None = None
+        self.started_at = time.time()
+
+    @property
+    def settings(self) -> Settings:
+        return self.holder.current()
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def acquire(self) -> None:
+        async with self._lock:
+            self._refs += 1
+            if self._refs > 1:
+                return
+            settings = self.settings
+            self._warmup = asyncio.create_task(
+                asyncio.to_thread(open_runtime, settings, embedder=self._embedder, store=self._store)
+            )
+            if settings.log.enabled:
+                self.log = await InvocationLog.open(
+                    settings.data_dir / "log.sqlite", log_queries=settings.log.log_queries
+                )
+                if settings.memory.persist:
+                    await self._restore_memory()
+
+    async def release(self) -> None:
+        async with self._lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            if self._warmup is not None:
+                try:
+                    runtime = await self._warmup
+                except Exception:  # the failure was already reported to callers
+                    logger.debug("warm-up had failed; nothing to close")
+                else:
+                    runtime.close()
+            self._warmup, self.runtime, self.service = None, None, None
+            if self.log is not None:
+                await self.log.close()
+                self.log = None
+
+    async def lookup_service(self) -> LookupService:
+        """The lookup service, waiting for the background warm-up if it is still running."""
+        if self.service is not None:
+            return self.service
+        if self._warmup is None:
+            raise WarmupError("the server is not started (lifespan not entered)")
+        try:
+            runtime = await asyncio.shield(self._warmup)
+        except Exception as exc:
+            raise WarmupError(f"the knowledge base is unavailable: {exc}") from exc
+        if self.service is None:
+            self.runtime = runtime
+            self.service = LookupService(runtime.engine, self.memory, self._policy)
+        return self.service
+
+    def _policy(self):  # type: ignore[no-untyped-def]
+        settings = self.settings
+        # The TTL is hot-reloadable too: apply it to the live memory.
+        self.memory.ttl_seconds = settings.memory.ttl_seconds
+        return policy_from(settings)
+
+    # -- invocation log ------------------------------------------------------------------
+    async def record(
+        self,
+        *,
+        tool_name: str,
+        session_key: str | None,
+        session_scope: str,
+        arguments: Mapping[str, Any],
+        outcome: LookupOutcome | None = None,
+        latency_ms: float,
+        error: str | None = None,
+    ) -> None:
+        """Commit one row for a tool call before its response is sent (never raises)."""
+        if self.log is None:
+            return
+        result = outcome.result if outcome else None
+        record = InvocationRecord(
+            ts=time.time(),
+            session_key=session_key,
+            session_scope=session_scope,
+            tool_name=tool_name,
+            query=arguments.get("query"),
+            domain_filter=arguments.get("domain"),
+            missing_dimension=arguments.get("missing_dimension"),
+            relevance_level=result.relevance_level if result else None,
+            dedup_reason=result.dedup_reason if result else None,
+            completeness_hint=result.completeness_hint if result else None,
+            water_level=result.budget.water_level if result else None,
+            next_call=result.budget.next_call if result else None,
+            call_index=outcome.call_index if outcome else None,
+            result_doc_keys=outcome.result_doc_keys if outcome else [],
+            retrieval_details=outcome.details if outcome else None,
+            latency_ms=latency_ms,
+            error=error,
+        )
+        await self.log.record(record)
+
+    # -- action memory persistence -----------------------------------------------------
+    def _persist_memory(self, session_key: str, memory: Any) -> None:
+        if self.log is not None and self.settings.memory.persist:
+            self.log.queue_memory(session_key, memory)
+
+    async def _restore_memory(self) -> None:
+        if self.log is None:
+            return
+        for session_key, memory, age in await self.log.load_memories(self.settings.memory.ttl_seconds):
+            self.memory.restore(session_key, memory, age_seconds=age)

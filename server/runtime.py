@@ -1,0 +1,93 @@
+"""Opening the retrieval stack from settings: catalog, Milvus store, embedder, engine, service.
+
+Shared by the CLI commands and the MCP server's lifespan. Everything here is synchronous and
+slow (model load, Milvus start): the server runs it in a background thread so that
+``initialize`` answers at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
+from retrieval.engine import KnowledgeEngine
+from retrieval.ingest import Ingestor
+from retrieval.service import Policy
+from server.settings import Settings
+from storage.catalog import Catalog
+from storage.vector_store import MilvusVectorStore, collection_name
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """The opened resources; close() releases them."""
+
+    settings: Settings
+    embedder: CachedEmbedder
+    store: MilvusVectorStore
+    catalog: Catalog
+    engine: KnowledgeEngine
+
+    def ingestor(self) -> Ingestor:
+        return Ingestor(
+            self.catalog,
+            self.store,
+            self.embedder,
+            max_chars=self.settings.chunking.max_chars,
+            batch_size=self.settings.embedder.batch_size,
+        )
+
+    def close(self) -> None:
+        self.catalog.close()
+        self.store.close()
+
+
+def catalog_path(settings: Settings, collection: str) -> Path:
+    """One catalog per collection, so switching embedders never confuses what is ingested."""
+    return settings.data_dir / "catalog" / f"{collection}.sqlite"
+
+
+def load_embedder(settings: Settings) -> Embedder:
+    cfg = settings.embedder
+    return create_embedder(cfg.name, model_path=cfg.model_path, device=cfg.device, batch_size=cfg.batch_size)
+
+
+def open_runtime(
+    settings: Settings, *, embedder: Embedder | None = None, store: MilvusVectorStore | None = None
+) -> Runtime:
+    """Load the embedder, connect to Milvus and open the catalog (injectable for tests)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    inner = embedder if embedder is not None else load_embedder(settings)
+    cached = (
+        inner
+        if isinstance(inner, CachedEmbedder)
+        else CachedEmbedder(inner, size=settings.embedder.query_cache_size)
+    )
+    name = collection_name(settings.milvus.collection_prefix, cached.name, cached.dim)
+    if store is None:
+        store = MilvusVectorStore(
+            uri=settings.milvus_uri,
+            token=settings.milvus.token,
+            collection=name,
+            dim=cached.dim,
+            timeout_s=settings.milvus.timeout_s,
+        )
+    store.ensure_collection()
+    catalog = Catalog(catalog_path(settings, store.collection))
+    engine = KnowledgeEngine(catalog, store, cached, candidate_factor=settings.retrieval.candidate_factor)
+    return Runtime(settings, cached, store, catalog, engine)
+
+
+def policy_from(settings: Settings) -> Policy:
+    """The hot-reloadable part of the settings, as the lookup service reads it."""
+    return Policy(
+        thresholds=settings.thresholds,
+        governance=settings.governance,
+        hint_language=settings.relevance.hint_language,
+        primary_max_chars=settings.retrieval.primary_max_chars,
+        supplement_max_chars=settings.retrieval.supplement_max_chars,
+    )

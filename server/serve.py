@@ -1,0 +1,85 @@
+"""``serve``: run the MCP server over stdio, SSE or streamable HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from server.app import create_server
+from server.http_security import BearerAuthMiddleware, transport_security, warn_if_exposed
+from server.resources import AppResources
+from server.session import new_stdio_key
+from server.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: bool = False) -> Any:
+    """The Starlette app for an HTTP transport, with auth, body limit and DNS-rebinding protection."""
+    http = settings.http
+    security = transport_security(http.host, http.port, http.allowed_hosts)
+    if transport == "sse":
+        app = mcp.sse_app(
+            max_request_body_size=http.max_body_bytes, transport_security=security, host=http.host
+        )
+        resources: AppResources = mcp.resources_state
+        inner_lifespan = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def sse_lifespan(starlette_app: Any) -> AsyncIterator[None]:
+            # SSE enters the MCP lifespan per connection: hold one reference for the whole
+            # process so the model and memory outlive any single connection.
+            await resources.acquire()
+            try:
+                async with inner_lifespan(starlette_app):
+                    yield
+            finally:
+                await resources.release()
+
+        app.router.lifespan_context = sse_lifespan
+    else:
+        app = mcp.streamable_http_app(
+            stateless_http=stateless,
+            max_request_body_size=http.max_body_bytes,
+            transport_security=security,
+            host=http.host,
+        )
+    if http.auth_token:
+        return BearerAuthMiddleware(app, http.auth_token)
+    return app
+
+
+def serve(
+    settings: Settings,
+    config_path: Path | None,
+    overrides: dict[str, Any],
+    *,
+    transport: str,
+    stateless: bool = False,
+) -> int:
+    """Run until interrupted; returns the exit code."""
+    stdio_key = new_stdio_key() if transport == "stdio" else None
+    mcp = create_server(settings, config_path=config_path, overrides=overrides, stdio_key=stdio_key)
+    if transport == "stdio":
+        # stdout belongs to the protocol: everything else goes to stderr.
+        anyio.run(mcp.run_stdio_async)
+        return 0
+    import uvicorn
+
+    warning = warn_if_exposed(settings.http.host, settings.http.auth_token)
+    if warning:
+        print(warning, file=sys.stderr)
+    app = build_http_app(mcp, settings, transport=transport, stateless=stateless)
+    path = "/sse" if transport == "sse" else "/mcp"
+    logger.info("serving %s on http://%s:%d%s", transport, settings.http.host, settings.http.port, path)
+    config = uvicorn.Config(
+        app, host=settings.http.host, port=settings.http.port, log_level="warning", lifespan="on"
+    )
+    anyio.run(uvicorn.Server(config).serve)
+    return 0

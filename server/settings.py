@@ -1,0 +1,226 @@
+"""The one settings model: YAML file, then environment overrides, then CLI flags.
+
+Read once at the entry point and passed down; nothing reads the environment at import time.
+Environment variables use the prefix ``LOOKUP_KNOWLEDGE_`` and ``__`` between nested names,
+e.g. ``LOOKUP_KNOWLEDGE_MILVUS__URI=http://milvus:19530``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from retrieval.governance import GovernanceConfig
+from retrieval.relevance import Thresholds
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "LOOKUP_KNOWLEDGE_"
+EmbedderName = Literal["e5-small", "bge-m3"]
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/lookup-knowledge-mcp``, never the working directory (clients start us anywhere)."""
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "lookup-knowledge-mcp"
+
+
+class MilvusSettings(BaseModel):
+    uri: str | None = Field(
+        default=None,
+        description="Milvus URI. Unset: a Milvus Lite file in the data directory. "
+        "http://host:19530 points the same code at a standalone or distributed cluster.",
+    )
+    token: str | None = Field(default=None, description="Milvus token (user:password or API key), if any.")
+    timeout_s: float = Field(default=10.0, gt=0, le=300, description="Bound on connecting to Milvus.")
+    collection_prefix: str = Field(
+        default="lookup_knowledge",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$",
+        description="Collection names are <prefix>_<embedder>_<dim>.",
+    )
+
+
+class EmbedderSettings(BaseModel):
+    name: EmbedderName = Field(default="e5-small", description="e5-small (bundled, offline) or bge-m3.")
+    model_path: str = Field(
+        default="BAAI/bge-m3", description="bge-m3 only: a local model directory or a hub id."
+    )
+    device: str = Field(default="cpu", description="bge-m3 only: torch device.")
+    batch_size: int = Field(default=16, ge=1, le=1024, description="Passages embedded per batch at ingest.")
+    query_cache_size: int = Field(
+        default=2048, ge=0, le=1_000_000, description="LRU entries of query embeddings (0 disables)."
+    )
+
+
+class ChunkingSettings(BaseModel):
+    max_chars: int = Field(default=1200, ge=100, le=20000, description="Largest chunk, in characters.")
+
+
+class RelevanceSettings(BaseModel):
+    thresholds: dict[str, Thresholds] = Field(
+        default_factory=lambda: {
+            # Calibrated on examples/calibration/queries.jsonl (see README): e5 cosines bunch
+            # between 0.8 and 0.9, so the reference design's 0.75/0.5 would grade everything high.
+            "e5-small": Thresholds(highly_relevant=0.896, reference=0.886),
+            # The reference design's values for BGE-M3.
+            "bge-m3": Thresholds(highly_relevant=0.75, reference=0.5),
+        },
+        description="Tier thresholds on cosine similarity, per embedder.",
+    )
+    hint_language: Literal["auto", "en", "zh"] = Field(
+        default="auto", description="Language of hints and guidance; auto follows the query's script."
+    )
+
+
+class RetrievalSettings(BaseModel):
+    default_top_k: int = Field(default=3, ge=1, le=10, description="top_k when the caller gives none.")
+    candidate_factor: int = Field(
+        default=4, ge=1, le=50, description="Chunks fetched per requested document, before grouping."
+    )
+    primary_max_chars: int = Field(default=4000, ge=200, le=100_000, description="Primary content cap.")
+    supplement_max_chars: int = Field(default=1200, ge=100, le=100_000, description="Supplement cap.")
+
+
+class MemorySettings(BaseModel):
+    ttl_seconds: float = Field(
+        default=1800, gt=0, description="Idle time after which a session is forgotten."
+    )
+    max_sessions: int = Field(
+        default=10_000, ge=1, description="Sessions kept; least recently used go first."
+    )
+    persist: bool = Field(
+        default=True, description="Keep action memory in SQLite so a restart does not hand documents back."
+    )
+
+
+class LogSettings(BaseModel):
+    enabled: bool = Field(default=True, description="Write every tool call to the SQLite invocation log.")
+    log_queries: bool = Field(default=True, description="Store query text; false stores a hash instead.")
+
+
+class HttpSettings(BaseModel):
+    host: str = Field(default="127.0.0.1", description="Bind address for HTTP transports.")
+    port: int = Field(default=8765, ge=1, le=65535, description="Port for HTTP transports.")
+    auth_token: str | None = Field(
+        default=None, description="When set, every HTTP request needs 'Authorization: Bearer <token>'."
+    )
+    max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Largest accepted request body.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Extra Host values allowed by DNS-rebinding protection."
+    )
+
+
+class Settings(BaseSettings):
+    """Everything configurable, with the defaults that ``make run`` uses."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    data_dir: Path = Field(default_factory=default_data_dir, description="Where all state lives.")
+    milvus: MilvusSettings = Field(default_factory=MilvusSettings)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    relevance: RelevanceSettings = Field(default_factory=RelevanceSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
+    log: LogSettings = Field(default_factory=LogSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+
+    @model_validator(mode="after")
+    def _thresholds_cover_embedder(self) -> Settings:
+        if self.embedder.name not in self.relevance.thresholds:
+            raise ValueError(
+                f"relevance.thresholds has no entry for embedder {self.embedder.name!r}; "
+                f"known: {sorted(self.relevance.thresholds)}"
+            )
+        return self
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The tier thresholds of the configured embedder."""
+        return self.relevance.thresholds[self.embedder.name]
+
+    @property
+    def milvus_uri(self) -> str:
+        """The configured URI, or the Milvus Lite file in the data directory."""
+        return self.milvus.uri or str(self.data_dir / "milvus.db")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Precedence: CLI flags (init) > environment > YAML file.
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+# The YAML document being loaded; set only for the duration of one load_settings call.
+_yaml_data: ContextVar[dict[str, Any]] = ContextVar("_yaml_data", default={})  # noqa: B039
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return _yaml_data.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_yaml_data.get())
+
+
+class ConfigError(ValueError):
+    """The configuration file or an override is invalid; the message names the field."""
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Parse a config file, raising ConfigError that names the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def describe_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per bad field: ``governance.levels.calls.low_max: Input should be ...``."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"]) or "(root)"
+        lines.append(f"{loc}: {err['msg']}")
+    return f"invalid configuration in {source}: " + "; ".join(lines)
+
+
+def config_path_from_env() -> Path | None:
+    """``LOOKUP_KNOWLEDGE_CONFIG``, read at the entry point only."""
+    value = os.environ.get(f"{ENV_PREFIX}CONFIG")
+    return Path(value) if value else None
+
+
+def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from a YAML file, the environment and explicit overrides (highest)."""
+    data = read_yaml(config_path) if config_path is not None else {}
+    token = _yaml_data.set(data)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        source = str(config_path) if config_path else "environment/flags"
+        raise ConfigError(describe_validation_error(exc, source)) from exc
+    finally:
+        _yaml_data.reset(token)

@@ -1,0 +1,182 @@
+"""L1: chunk vectors in Milvus through ``pymilvus.MilvusClient``.
+
+Only the portable MilvusClient API is used, so the Lite file and a standalone or distributed
+cluster run the same code: changing ``milvus.uri`` is the only switch. pymilvus is synchronous:
+callers on the event loop use ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+logger = logging.getLogger(__name__)
+
+VECTOR_FIELD = "vector"
+# Only what grouping by document needs; fetching unused fields costs time on every search.
+SEARCH_FIELDS = ["doc_key", "doc_hash"]
+_HNSW = {"M": 16, "efConstruction": 200}
+_SEARCH_EF_MIN = 64
+
+
+class StoreError(RuntimeError):
+    """Milvus is unreachable, or the collection does not fit the embedder."""
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    doc_key: str
+    doc_hash: str
+    score: float  # the COSINE metric's raw score, as Milvus returned it
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    doc_key: str
+    doc_hash: str
+    chunk_index: int
+    domain: str
+    vector: np.ndarray
+
+
+def collection_name(prefix: str, embedder: str, dim: int) -> str:
+    """One collection per embedder and dimension, so vectors of two models never mix."""
+    return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', embedder)}_{dim}"
+
+
+def string_literal(value: str) -> str:
+    """A Milvus filter string literal; json.dumps escapes quotes and backslashes."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def chunk_id(doc_key: str, doc_hash: str, index: int) -> str:
+    """Deterministic primary key: re-running a killed ingest upserts, never duplicates."""
+    return hashlib.sha1(f"{doc_key}\x00{doc_hash}\x00{index}".encode()).hexdigest()
+
+
+class MilvusVectorStore:
+    """A collection of chunk vectors with COSINE HNSW search."""
+
+    def __init__(self, *, uri: str, token: str | None, collection: str, dim: int, timeout_s: float) -> None:
+        self.uri = uri
+        self.collection = collection
+        self.dim = dim
+        self._client = _connect(uri, token, timeout_s)
+        self._timeout = timeout_s
+
+    def close(self) -> None:
+        self._client.close()
+
+    def ensure_collection(self) -> None:
+        """Create the collection, or check that the existing one fits the embedder's dimension."""
+        from pymilvus import DataType, MilvusClient
+
+        if self._client.has_collection(self.collection):
+            existing = self._vector_dim()
+            if existing != self.dim:
+                raise StoreError(
+                    f"collection {self.collection!r} has dimension {existing}, but the embedder produces "
+                    f"{self.dim}; use another collection_prefix or re-create the data directory"
+                )
+            self._client.load_collection(self.collection)
+            return
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=40)
+        schema.add_field("doc_key", DataType.VARCHAR, max_length=2048)
+        schema.add_field("doc_hash", DataType.VARCHAR, max_length=64)
+        schema.add_field("chunk_index", DataType.INT32)
+        schema.add_field("domain", DataType.VARCHAR, max_length=256)
+        schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dim)
+        index = self._client.prepare_index_params()
+        # COSINE: Milvus returns the cosine itself (L2 would come back squared).
+        index.add_index(field_name=VECTOR_FIELD, index_type="HNSW", metric_type="COSINE", params=_HNSW)
+        self._client.create_collection(self.collection, schema=schema, index_params=index)
+        self._client.load_collection(self.collection)
+
+    def _vector_dim(self) -> int:
+        described = self._client.describe_collection(self.collection)
+        for field in described.get("fields", []):
+            if field.get("name") == VECTOR_FIELD:
+                return int(field.get("params", {}).get("dim", -1))
+        raise StoreError(f"collection {self.collection!r} has no {VECTOR_FIELD!r} field")
+
+    def upsert(self, rows: Sequence[ChunkRow]) -> None:
+        if not rows:
+            return
+        self._client.upsert(
+            self.collection,
+            [
+                {
+                    "id": chunk_id(r.doc_key, r.doc_hash, r.chunk_index),
+                    "doc_key": r.doc_key,
+                    "doc_hash": r.doc_hash,
+                    "chunk_index": r.chunk_index,
+                    "domain": r.domain,
+                    VECTOR_FIELD: r.vector.tolist(),
+                }
+                for r in rows
+            ],
+        )
+
+    def delete_document(self, doc_key: str, *, keep_hash: str | None = None) -> None:
+        """Delete doc_key's chunks, except those of keep_hash (the visible version)."""
+        expr = f"doc_key == {string_literal(doc_key)}"
+        if keep_hash is not None:
+            expr += f" and doc_hash != {string_literal(keep_hash)}"
+        self._client.delete(self.collection, filter=expr)
+
+    def flush_and_load(self) -> None:
+        """Seal segments and build the index: an unflushed Lite collection searches ~50x slower."""
+        self._client.flush(self.collection)
+        self._client.load_collection(self.collection)
+
+    def search(self, vector: np.ndarray, *, limit: int, domain: str | None) -> list[ChunkHit]:
+        expr = f"domain == {string_literal(domain)}" if domain is not None else ""
+        result = self._client.search(
+            self.collection,
+            data=[vector.tolist()],
+            limit=limit,
+            filter=expr,
+            output_fields=SEARCH_FIELDS,
+            search_params={"metric_type": "COSINE", "params": {"ef": max(_SEARCH_EF_MIN, limit)}},
+        )
+        return [
+            ChunkHit(hit["entity"]["doc_key"], hit["entity"]["doc_hash"], float(hit["distance"]))
+            for hit in result[0]
+        ]
+
+    def count(self) -> int:
+        rows = self._client.query(self.collection, filter="", output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
+    def chunk_keys(self, doc_key: str) -> list[tuple[str, int]]:
+        """(doc_hash, chunk_index) of every stored chunk of doc_key, for consistency checks."""
+        rows = self._client.query(
+            self.collection,
+            filter=f"doc_key == {string_literal(doc_key)}",
+            output_fields=["doc_hash", "chunk_index"],
+            limit=16384,
+        )
+        return sorted((r["doc_hash"], int(r["chunk_index"])) for r in rows)
+
+
+def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
+    from pymilvus import MilvusClient
+
+    kwargs: dict[str, Any] = {"uri": uri, "timeout": timeout_s}
+    if token:
+        kwargs["token"] = token
+    try:
+        return MilvusClient(**kwargs)
+    except Exception as exc:  # pymilvus raises many types; all mean "cannot use this URI"
+        raise StoreError(f"cannot connect to Milvus at {uri!r} within {timeout_s:g}s: {exc}") from exc
