@@ -1,0 +1,64 @@
+"""Helpers for tests that run the server as a real subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "server.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with code {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"server did not listen on port {port} within {timeout}s")
+
+
+@contextlib.contextmanager
+def http_server(
+    env: dict[str, str], *, transport: str = "streamable-http", extra: list[str] | None = None, port: int | None = None
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Run `serve` over HTTP on a free loopback port; yields (port, process)."""
+    port = port or free_port()
+    args = [*CLI, "serve", "--transport", transport, "--port", str(port), *(extra or [])]
+    proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, proc)
+        yield port, proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cli_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
+    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+    return env

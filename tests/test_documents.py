@@ -1,0 +1,119 @@
+"""Loading, front matter, fallbacks, chunking and bad-file handling of the document loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage.documents import Candidate, DocumentError, chunk_markdown, discover, load_document
+
+
+def _write(root: Path, rel: str, text: str | bytes) -> Candidate:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return Candidate(rel, path)
+
+
+def test_front_matter_fields_are_read(tmp_path: Path) -> None:
+    doc = load_document(
+        _write(
+            tmp_path,
+            "infra/pool.md",
+            "---\ntitle: Pool\ndomain: infrastructure\nkeywords: [HikariCP, 连接池]\nsummary: S\n"
+            "domain_description: D\nwhen_to_retrieve: W\n---\n# Heading\n\nBody text.\n",
+        ),
+        max_chars=500,
+    )
+    assert (doc.title, doc.domain, doc.keywords) == ("Pool", "infrastructure", ("HikariCP", "连接池"))
+    assert (doc.summary, doc.domain_description, doc.when_to_retrieve) == ("S", "D", "W")
+    assert doc.doc_key == "infra/pool.md"
+
+
+def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), max_chars=500)
+    assert doc.title == "Dev setup"
+    assert doc.domain == "onboarding"
+    assert doc.keywords == ()
+
+
+def test_category_is_accepted_as_an_alias_of_domain(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "x/a.md", "---\ncategory: api\n---\ntext"), max_chars=500)
+    assert doc.domain == "api"
+
+
+def test_txt_file_at_the_root_gets_the_general_domain_and_file_stem_title(tmp_path: Path) -> None:
+    doc = load_document(_write(tmp_path, "glossary.txt", "term: meaning"), max_chars=500)
+    assert (doc.title, doc.domain) == ("glossary", "general")
+
+
+@pytest.mark.parametrize(
+    ("content", "reason_prefix"),
+    [
+        ("---\ntitle: [unclosed\n---\nbody", "broken YAML front matter"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
+        ("plain".encode("utf-16"), "binary file"),
+        (b"caf\xe9 latin-1 text", "not valid UTF-8"),
+        ("---\n- a\n- b\n---\nbody", "front matter must be a mapping"),
+        ("---\nkeywords: {a: 1}\n---\nbody", "front matter field 'keywords' must be a list"),
+        ("   \n\n", "empty document"),
+    ],
+)
+def test_bad_files_raise_document_error_with_reason(tmp_path: Path, content: str | bytes, reason_prefix: str) -> None:
+    with pytest.raises(DocumentError) as caught:
+        load_document(_write(tmp_path, "bad.md", content), max_chars=500)
+    assert caught.value.reason.startswith(reason_prefix)
+    assert str(caught.value).startswith("bad.md: ")
+
+
+def test_unreadable_file_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "gone.md").symlink_to(tmp_path / "missing-target.md")
+    with pytest.raises(DocumentError, match="unreadable"):
+        load_document(Candidate("gone.md", tmp_path / "gone.md"), max_chars=500)
+
+
+def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
+    body = "# T\n\nintro\n\n## A\n\n" + ("alpha sentence. " * 80) + "\n\n## B\n\nshort b\n\n```\n# not a heading\n```\n"
+    chunks = list(chunk_markdown(body, title="T", max_chars=300))
+    assert all(len(c.text) <= 300 for c in chunks)
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert any(c.heading == "A" for c in chunks)
+    # A '#' line inside a code fence is code, not a heading.
+    assert any("# not a heading" in c.text for c in chunks)
+    assert all(c.heading != "not a heading" for c in chunks)
+
+
+def test_small_sections_merge_into_one_chunk() -> None:
+    chunks = list(chunk_markdown("# T\n\n## A\n\na\n\n## B\n\nb", title="T", max_chars=500))
+    assert len(chunks) == 1
+    assert "## A" in chunks[0].text and "## B" in chunks[0].text
+
+
+def test_content_hash_changes_with_content_and_chunk_size(tmp_path: Path) -> None:
+    cand = _write(tmp_path, "a.md", "# A\n\ntext")
+    first = load_document(cand, max_chars=500).content_hash
+    assert load_document(cand, max_chars=500).content_hash == first
+    assert load_document(cand, max_chars=600).content_hash != first
+    _write(tmp_path, "a.md", "# A\n\ntext changed")
+    assert load_document(cand, max_chars=500).content_hash != first
+
+
+def test_discovery_refuses_symlinks_that_escape_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# secret")
+    _write(root, "ok.md", "# ok")
+    (root / "leak.md").symlink_to(outside / "secret.md")
+    (root / "leakdir").symlink_to(outside, target_is_directory=True)
+    (root / ".hidden.md").write_text("# hidden")
+    found = {c.doc_key: c.refusal for c in discover(root)}
+    assert found["ok.md"] is None
+    assert found["leak.md"] == "symlink escapes the knowledge base root"
+    assert found["leakdir"] == "symlink escapes the knowledge base root"
+    assert ".hidden.md" not in found
+    assert not any(key.startswith("leakdir/") for key in found)

@@ -1,0 +1,156 @@
+"""Ingestion into a real Milvus Lite file and SQLite catalog: incremental, idempotent, atomic."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from server.runtime import Runtime, open_runtime
+from server.settings import load_settings
+from storage.vector_store import MilvusVectorStore, StoreError
+from tests.helpers import CLI, ROOT, cli_env
+
+DOCS = {
+    "infra/pool.md": "---\ntitle: Connection pool\nkeywords: [HikariCP]\n---\n# Pool\n\nmaximumPoolSize controls the pool size.\n",
+    "api/limits.md": "---\ntitle: Rate limits\nkeywords: [429]\n---\n# Limits\n\nClients get 429 when over the limit.\n",
+    "errors/timeout.md": "---\ntitle: ERR_TIMEOUT 超时\nkeywords: [ERR_TIMEOUT]\n---\n# 超时\n\n请求超时。\n",
+}
+
+
+def _kb(root: Path, docs: dict[str, str | bytes]) -> Path:
+    for rel, text in docs.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, e5_embedder: Any) -> Iterator[Runtime]:
+    rt = open_runtime(load_settings(None, data_dir=tmp_path / "data"), embedder=e5_embedder)
+    yield rt
+    rt.close()
+
+
+def _stored(rt: Runtime) -> dict[str, list[tuple[str, int]]]:
+    return {key: rt.store.chunk_keys(key) for key in [*DOCS, "new/doc.md"] if rt.store.chunk_keys(key)}
+
+
+def test_ingest_twice_changes_nothing_the_second_time(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    first = runtime.ingestor().run(kb)
+    assert sorted(first.added) == sorted(DOCS) and first.chunks == 3 and not first.failed
+    second = runtime.ingestor().run(kb)
+    assert (second.added, second.updated, second.deleted, second.skipped) == ([], [], [], 3)
+    assert second.summary().endswith("(no changes)")
+    assert runtime.store.count() == 3
+
+
+def test_editing_one_file_replaces_only_its_chunks(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(kb)
+    before = _stored(runtime)
+    (kb / "api/limits.md").write_text(DOCS["api/limits.md"] + "\n## Retry\n\nRetry after the Retry-After header.\n")
+    report = runtime.ingestor().run(kb)
+    assert report.updated == ["api/limits.md"] and report.skipped == 2
+    after = _stored(runtime)
+    assert after["infra/pool.md"] == before["infra/pool.md"]
+    assert after["errors/timeout.md"] == before["errors/timeout.md"]
+    new_hashes = {h for h, _ in after["api/limits.md"]}
+    assert len(new_hashes) == 1 and new_hashes != {h for h, _ in before["api/limits.md"]}
+
+
+def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(kb)
+    (kb / "infra/pool.md").unlink()
+    report = runtime.ingestor().run(kb)
+    assert report.deleted == ["infra/pool.md"]
+    assert runtime.store.chunk_keys("infra/pool.md") == []
+    assert "infra/pool.md" not in runtime.catalog.hashes()
+    assert runtime.store.count() == 2
+
+
+def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01\x02PK"})
+    report = runtime.ingestor().run(kb)
+    failed = dict(report.failed)
+    assert set(failed) == {"bad/yaml.md", "bad/blob.md"}
+    assert failed["bad/yaml.md"].startswith("broken YAML front matter")
+    assert failed["bad/blob.md"].startswith("binary file")
+    assert sorted(report.added) == sorted(DOCS)
+
+
+def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
+    kb = _kb(tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01"})
+    proc = subprocess.run([*CLI, "ingest", str(kb)], env=cli_env(tmp_path / "data"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "failed: bad/yaml.md: broken YAML front matter" in proc.stderr
+    assert "failed: bad/blob.md: binary file" in proc.stderr
+    assert proc.stdout.startswith("added 3, updated 0, deleted 0, skipped 0, failed 2, chunks 3")
+
+
+def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run([*CLI, "ingest", str(tmp_path / "nope")], env=cli_env(tmp_path / "data"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "does not exist or is not a directory" in proc.stderr
+
+
+def test_interrupted_update_never_shows_a_mix_and_is_repaired(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(kb)
+    old_hash = runtime.catalog.hashes()["api/limits.md"]
+    (kb / "api/limits.md").write_text(DOCS["api/limits.md"].replace("429", "429 Too Many Requests"))
+
+    # Crash after the new chunks are upserted but before the catalog switch commits.
+    real_commit = runtime.catalog.commit_document
+
+    def crash(doc: Any) -> None:
+        raise KeyboardInterrupt("simulated kill")
+
+    runtime.catalog.commit_document = crash  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        runtime.ingestor().run(kb)
+    runtime.catalog.commit_document = real_commit  # type: ignore[method-assign]
+
+    stored_hashes = {h for h, _ in runtime.store.chunk_keys("api/limits.md")}
+    assert len(stored_hashes) == 2  # both versions exist in Milvus...
+    runtime.engine.view()
+    evidence = runtime.engine.retrieve("rate limit 429", None, 3)
+    assert "api/limits.md" in dict(evidence.similarities)  # ...but only the committed one is visible
+    assert runtime.catalog.hashes()["api/limits.md"] == old_hash
+    assert runtime.catalog.pending()
+
+    report = runtime.ingestor().run(kb)
+    assert report.repaired == 1 and report.updated == ["api/limits.md"]
+    assert {h for h, _ in runtime.store.chunk_keys("api/limits.md")} == {runtime.catalog.hashes()["api/limits.md"]}
+    assert runtime.store.count() == 3 and not runtime.catalog.pending()
+
+
+def test_opening_a_collection_with_another_dimension_is_an_error(tmp_path: Path) -> None:
+    uri = str(tmp_path / "m.db")
+    store = MilvusVectorStore(uri=uri, token=None, collection="c_test_8", dim=8, timeout_s=10)
+    store.ensure_collection()
+    store.close()
+    other = MilvusVectorStore(uri=uri, token=None, collection="c_test_8", dim=16, timeout_s=10)
+    with pytest.raises(StoreError, match="has dimension 8, but the embedder produces 16"):
+        other.ensure_collection()
+    other.close()
+
+
+def test_domain_filter_is_an_escaped_literal(tmp_path: Path, runtime: Runtime) -> None:
+    runtime.ingestor().run(_kb(tmp_path / "kb", DOCS))
+    vector = np.ones(runtime.store.dim, dtype=np.float32)
+    for hostile in ['" or 1==1 or "', 'api" || domain != "', "\\", '\\" or ""=="']:
+        assert runtime.store.search(vector, limit=10, domain=hostile) == []
+    assert {h.doc_key for h in runtime.store.search(vector, limit=10, domain="api")} == {"api/limits.md"}

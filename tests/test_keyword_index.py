@@ -1,0 +1,49 @@
+"""L0 exact matching: identifiers on token boundaries, case-insensitive; CJK as substrings."""
+
+from __future__ import annotations
+
+from storage.keyword_index import KeywordEntry, KeywordIndex
+
+
+def _index() -> KeywordIndex:
+    return KeywordIndex(
+        [
+            KeywordEntry("e/timeout.md", "error-codes", "ERR_TIMEOUT 超时错误", ("ERR_TIMEOUT", "超时错误")),
+            KeywordEntry("e/pay.md", "error-codes", "Payment errors", ("PAY_E1042", "card declined")),
+            KeywordEntry("i/pool.md", "infrastructure", "HikariCP 连接池配置", ("HikariCP", "连接池")),
+            KeywordEntry("i/exhaust.md", "infrastructure", "Pool exhaustion", ("连接池耗尽",)),
+        ]
+    )
+
+
+def test_identifier_matches_case_insensitively() -> None:
+    assert _index().match("what does err_timeout mean") == ["e/timeout.md"]
+    assert _index().match("PAY_E1042?") == ["e/pay.md"]
+
+
+def test_identifier_does_not_match_inside_a_longer_token() -> None:
+    assert _index().match("ERR_TIMEOUT_X and XERR_TIMEOUT") == []
+    assert _index().match("PAY_E10423") == []
+
+
+def test_multi_word_latin_keyword_matches_as_a_phrase() -> None:
+    assert _index().match("my card declined today") == ["e/pay.md"]
+    assert _index().match("declined card") == []
+
+
+def test_cjk_keywords_match_as_substrings() -> None:
+    assert _index().match("ERR_TIMEOUT 是什么") == ["e/timeout.md"]
+    assert _index().match("数据库连接池怎么配置") == ["i/pool.md"]
+    assert _index().match("连接池耗尽怎么排查") == ["i/exhaust.md", "i/pool.md"]
+
+
+def test_title_and_identifiers_in_titles_match() -> None:
+    assert _index().match("hikaricp 连接池配置") == ["i/pool.md"]
+
+
+def test_domain_filter_restricts_matches() -> None:
+    assert _index().match("ERR_TIMEOUT HikariCP", domain="infrastructure") == ["i/pool.md"]
+
+
+def test_nothing_matches_an_unrelated_query() -> None:
+    assert _index().match("how do I bake bread") == []
