@@ -1,14 +1,60 @@
-"""The invocation log (SQLite through aiosqlite). Interface stub: see the observability issue."""
+"""The invocation log: one SQLite row per tool call, through aiosqlite, in WAL mode.
+
+A call's row is committed before its response is sent. Writing it must never cost the caller
+its answer: when the log is locked, the disk is full or the file is gone, ``record`` returns
+False, logs to stderr, counts the failure and the next call tries again (reopening the file if
+it was removed). The number of calls missed is written to ``log_gap`` once the log recovers.
+
+The same file keeps the action memory of each session (``session_memory``). The tracker
+queues every change synchronously; the latest state per session rides in the next row's
+transaction, so persistence adds no commit of its own.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import aiosqlite
+
+from retrieval.tracker import SessionMemory
+from storage.schema import SchemaVersionError, migrate
+
+logger = logging.getLogger(__name__)
+
+Synchronous = Literal["OFF", "NORMAL", "FULL"]
+# Errors that mean "this row could not be written"; anything else is a bug and propagates.
+_WRITE_ERRORS = (sqlite3.Error, OSError, ValueError, SchemaVersionError)
+# Write-ahead log pages after which a background checkpoint runs (SQLite's own default is
+# 1000, but it would run inside whichever commit crosses it: on the lookup path).
+_CHECKPOINT_EVERY_COMMITS = 500
+
+_INSERT = """
+INSERT INTO tool_invocation (
+    ts, session_key, session_scope, tool_name, query, domain_filter, missing_dimension,
+    relevance_level, dedup_reason, completeness_hint, water_level, next_call, call_index,
+    result_doc_keys, retrieval_details, latency_ms, error
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_UPSERT_MEMORY = """
+INSERT INTO session_memory (session_key, state, last_seen) VALUES (?, ?, ?)
+ON CONFLICT (session_key) DO UPDATE SET state = excluded.state, last_seen = excluded.last_seen
+"""
 
 
 @dataclass(frozen=True)
 class InvocationRecord:
+    """One tool call, as the server saw it."""
+
     ts: float
     session_key: str | None
     session_scope: str
@@ -28,21 +74,295 @@ class InvocationRecord:
     error: str | None
 
 
+@dataclass
+class _Gap:
+    first_ts: float
+    last_ts: float
+    missed: int
+    last_error: str
+
+
+def hash_text(text: str) -> str:
+    """What the log stores instead of free text when ``log_queries`` is off."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def memory_state(memory: SessionMemory) -> str:
+    """A session's memory as JSON (last_seen is stored apart, as wall-clock time)."""
+    return json.dumps(
+        {
+            "domains": {domain: sorted(keys) for domain, keys in memory.domains.items()},
+            "titles": memory.titles,
+            "calls": memory.calls,
+            "retrievals": memory.retrievals,
+            "tokens": memory.tokens,
+            "next_call": memory.next_call,
+        },
+        ensure_ascii=False,
+    )
+
+
+def memory_from_state(state: str) -> SessionMemory:
+    """Inverse of memory_state; raises ValueError, KeyError or TypeError on a damaged row."""
+    data = json.loads(state)
+    return SessionMemory(
+        domains={str(domain): {str(k) for k in keys} for domain, keys in data["domains"].items()},
+        titles={str(k): str(v) for k, v in data["titles"].items()},
+        calls=int(data["calls"]),
+        retrievals=int(data["retrievals"]),
+        tokens=int(data["tokens"]),
+        next_call=data["next_call"],
+    )
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _checkpoint(path: Path) -> None:
+    # PASSIVE never blocks the writer; it copies what it can and leaves the rest for next time.
+    conn = sqlite3.connect(path, timeout=1.0)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    finally:
+        conn.close()
+
+
 class InvocationLog:
-    failures = 0
+    """Append-only log of tool calls plus the persisted action memory, in ``<data_dir>/log.sqlite``."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        log_queries: bool,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = 0.1,
+        synchronous: Synchronous = "FULL",
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be OFF, NORMAL or FULL, got {synchronous!r}")
+        self.path = path
+        self.log_queries = log_queries
+        self.failures = 0  # record() calls whose row could not be written
+        self.reopens = 0  # times the file had disappeared or been replaced and was recreated
+        self.last_error: str | None = None
+        self._clock = clock
+        self._busy_timeout_s = busy_timeout_s
+        self._synchronous = synchronous
+        self._conn: aiosqlite.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+        self._lock = asyncio.Lock()
+        self._pending_memory: dict[str, tuple[str | None, float]] = {}
+        self._gap: _Gap | None = None
+        self._commits = 0
+        self._checkpointing: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: Path, *, log_queries: bool) -> InvocationLog:
-        return cls()
+    async def open(
+        cls,
+        path: Path,
+        *,
+        log_queries: bool,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_s: float = 0.1,
+        synchronous: Synchronous = "FULL",
+    ) -> InvocationLog:
+        """Apply pending migrations and open the log (raises SchemaVersionError for a newer file)."""
+        log = cls(
+            path, log_queries=log_queries, clock=clock, busy_timeout_s=busy_timeout_s, synchronous=synchronous
+        )
+        await log._connect()
+        return log
+
+    # -- connection ----------------------------------------------------------------------
+    async def _connect(self, *, migrate_timeout_s: float = 5.0) -> aiosqlite.Connection:
+        await asyncio.to_thread(migrate, self.path, busy_timeout_s=migrate_timeout_s)
+        conn = await aiosqlite.connect(self.path, timeout=self._busy_timeout_s)
+        try:
+            await conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            await conn.execute("PRAGMA wal_autocheckpoint=0")
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn, self._identity = conn, _file_identity(self.path)
+        return conn
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            await conn.close()
+        except _WRITE_ERRORS as exc:
+            logger.warning("closing the invocation log failed: %s", exc)
+
+    async def _connection(self) -> aiosqlite.Connection:
+        """The open connection, reopened if a failure dropped it or the file was removed."""
+        if self._conn is not None and _file_identity(self.path) != self._identity:
+            # Writes would go on into an unlinked inode and be lost. Closing first also removes
+            # the old -wal file, which must not be replayed into the new database.
+            logger.warning("invocation log %s was removed or replaced; recreating it", self.path)
+            self.reopens += 1
+            await self._drop()
+        if self._conn is None:
+            # On the lookup path: wait no longer for a lock than a row write would.
+            return await self._connect(migrate_timeout_s=self._busy_timeout_s)
+        return self._conn
+
+    # -- writing -------------------------------------------------------------------------
+    def _row(self, record: InvocationRecord) -> tuple[Any, ...]:
+        query, missing = record.query, record.missing_dimension
+        if not self.log_queries:
+            query = hash_text(query) if query is not None else None
+            missing = hash_text(missing) if missing is not None else None
+        details = (
+            json.dumps(record.retrieval_details, ensure_ascii=False, default=str)
+            if record.retrieval_details is not None
+            else None
+        )
+        return (
+            record.ts,
+            record.session_key,
+            record.session_scope,
+            record.tool_name,
+            query,
+            record.domain_filter,
+            missing,
+            record.relevance_level,
+            record.dedup_reason,
+            record.completeness_hint,
+            record.water_level,
+            record.next_call,
+            record.call_index,
+            json.dumps(list(record.result_doc_keys), ensure_ascii=False),
+            details,
+            round(record.latency_ms, 3),
+            record.error,
+        )
 
     async def record(self, record: InvocationRecord) -> bool:
+        """Commit one row (and any queued memory); False if it could not be written. Never raises."""
+        row = self._row(record)
+        async with self._lock:
+            memory, self._pending_memory = self._pending_memory, {}
+            gap = self._gap
+            conn: aiosqlite.Connection | None = None
+            try:
+                conn = await self._connection()
+                await conn.execute(_INSERT, row)
+                await self._write_side_tables(conn, memory, gap)
+                await conn.commit()
+            except _WRITE_ERRORS as exc:
+                # Keep the memory states for the next transaction, unless newer ones were queued.
+                self._pending_memory = {**memory, **self._pending_memory}
+                await self._failed(conn, record.ts, exc)
+                return False
+            self._gap = None
+            self._after_commit()
         return True
 
-    def queue_memory(self, session_key: str, memory: Any) -> None:
-        return None
+    async def _write_side_tables(
+        self, conn: aiosqlite.Connection, memory: dict[str, tuple[str | None, float]], gap: _Gap | None
+    ) -> None:
+        if gap is not None:
+            await conn.execute(
+                "INSERT INTO log_gap (first_ts, last_ts, missed, last_error) VALUES (?, ?, ?, ?)",
+                (gap.first_ts, gap.last_ts, gap.missed, gap.last_error),
+            )
+        upserts = [(key, state, seen) for key, (state, seen) in memory.items() if state is not None]
+        deletes = [(key,) for key, (state, _) in memory.items() if state is None]
+        if upserts:
+            await conn.executemany(_UPSERT_MEMORY, upserts)
+        if deletes:
+            await conn.executemany("DELETE FROM session_memory WHERE session_key = ?", deletes)
 
-    async def load_memories(self, ttl_seconds: float) -> list[tuple[str, Any, float]]:
-        return []
+    async def _failed(self, conn: aiosqlite.Connection | None, ts: float, exc: BaseException) -> None:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if self._gap is None:
+            self._gap = _Gap(ts, ts, 1, self.last_error)
+            logger.exception(
+                "invocation log %s: a row could not be written; the call was answered, later calls retry",
+                self.path,
+            )
+        else:
+            self._gap.last_ts, self._gap.missed, self._gap.last_error = (
+                ts,
+                self._gap.missed + 1,
+                self.last_error,
+            )
+            logger.error("invocation log still not writable (%d failures so far): %s", self.failures, exc)
+        if conn is None:
+            return
+        try:
+            await conn.rollback()
+        except _WRITE_ERRORS:
+            # The connection itself is broken (I/O error, closed): start afresh on the next call.
+            logger.warning("invocation log connection dropped after: %s", self.last_error)
+            await self._drop()
 
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits % _CHECKPOINT_EVERY_COMMITS == 0 and (
+            self._checkpointing is None or self._checkpointing.done()
+        ):
+            self._checkpointing = asyncio.create_task(self._checkpoint())
+
+    async def _checkpoint(self) -> None:
+        try:
+            await asyncio.to_thread(_checkpoint, self.path)
+        except sqlite3.Error as exc:
+            logger.warning("invocation log checkpoint skipped: %s", exc)
+
+    # -- action memory ---------------------------------------------------------------------
+    def queue_memory(self, session_key: str, memory: SessionMemory | None) -> None:
+        """Remember a session's latest state (None: forget it); written with the next row."""
+        state = memory_state(memory) if memory is not None else None
+        self._pending_memory[session_key] = (state, self._clock())
+
+    async def load_memories(self, ttl_seconds: float) -> list[tuple[str, SessionMemory, float]]:
+        """Sessions seen within the TTL, as (session_key, memory, age_seconds); expired rows are deleted."""
+        now = self._clock()
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                async with conn.execute(
+                    "SELECT session_key, state, last_seen FROM session_memory WHERE last_seen >= ?",
+                    (now - ttl_seconds,),
+                ) as cursor:
+                    rows = list(await cursor.fetchall())
+                await conn.execute("DELETE FROM session_memory WHERE last_seen < ?", (now - ttl_seconds,))
+                await conn.commit()
+            except _WRITE_ERRORS:
+                logger.exception("could not restore action memory from %s; starting empty", self.path)
+                return []
+        restored = []
+        for session_key, state, last_seen in rows:
+            try:
+                memory = memory_from_state(state)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                logger.warning("skipping damaged action memory of session %r: %s", session_key, exc)
+                continue
+            restored.append((session_key, memory, max(0.0, now - last_seen)))
+        return restored
+
+    # -- shutdown --------------------------------------------------------------------------
     async def close(self) -> None:
-        return None
+        """Write queued memory states and close (never raises)."""
+        async with self._lock:
+            if self._checkpointing is not None:
+                await self._checkpointing
+            if self._pending_memory or self._gap is not None:
+                memory, self._pending_memory = self._pending_memory, {}
+                try:
+                    conn = await self._connection()
+                    await self._write_side_tables(conn, memory, self._gap)
+                    await conn.commit()
+                except _WRITE_ERRORS:
+                    logger.exception("could not write the last action-memory states to %s", self.path)
+            await self._drop()
