@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DATA_DIR ?= $(CURDIR)/.data
+# Empty: the default data directory ($$XDG_DATA_HOME/lookup-knowledge-mcp), which mcp.json also uses.
+DATA_DIR ?=
+DATA_FLAG := $(if $(DATA_DIR),--data-dir "$(DATA_DIR)")
 HOST ?= 127.0.0.1
 PORT ?= 8765
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -29,11 +31,11 @@ install-dev: $(VENV)/.installed-dev
 	touch $(VENV)/.installed
 
 ingest-sample: install
-	$(BIN)/lookup-knowledge-mcp ingest examples/knowledge --data-dir "$(DATA_DIR)"
+	$(BIN)/lookup-knowledge-mcp ingest examples/knowledge $(DATA_FLAG)
 
 run: ingest-sample
 	@$(BIN)/python scripts/print-connect-help.py --data-dir "$(DATA_DIR)" --host $(HOST) --port $(PORT)
-	$(BIN)/lookup-knowledge-mcp serve --transport streamable-http --host $(HOST) --port $(PORT) --data-dir "$(DATA_DIR)"
+	$(BIN)/lookup-knowledge-mcp serve --transport streamable-http --host $(HOST) --port $(PORT) $(DATA_FLAG)
 
 test: install-dev
 	$(BIN)/python -m pytest -q
@@ -49,4 +51,4 @@ bench: install-dev
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .data .pytest_cache
+	rm -rf $(VENV) .cache .pytest_cache
