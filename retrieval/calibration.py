@@ -119,3 +119,23 @@ def propose(observations: list[Observation], *, step: float = 0.005) -> tuple[Th
             if (accuracy, ref, high) > best:
                 best = (accuracy, ref, high)
     return Thresholds(highly_relevant=best[2], reference=best[1]), best[0]
+
+
+OFFSET_GRID: tuple[float, ...] = tuple(step / 100 for step in range(11))
+
+
+def propose_all(
+    queries: list[LabelledQuery], evidence: list[Evidence], *, offsets: tuple[float, ...] = OFFSET_GRID
+) -> tuple[float, Thresholds, list[Observation]]:
+    """The cross-language offset and thresholds that maximise tier accuracy (ties: higher MRR, smaller offset)."""
+    best: tuple[float, float, float] | None = None
+    chosen: tuple[float, Thresholds, list[Observation]] | None = None
+    for offset in offsets:
+        observations = [observe(q, e.rescored(offset)) for q, e in zip(queries, evidence, strict=True)]
+        thresholds, accuracy = propose(observations)
+        key = (accuracy, score(observations, thresholds).mrr, -offset)
+        if best is None or key > best:
+            best, chosen = key, (offset, thresholds, observations)
+    if chosen is None:
+        raise CalibrationError("no offsets to try")
+    return chosen

@@ -63,6 +63,14 @@ class LevelBounds(BaseModel):
         return WaterLevel.HIGH
 
 
+def _default_levels() -> dict[WaterMetric, LevelBounds]:
+    return {
+        "calls": LevelBounds(low_max=3, medium_max=7),
+        "tokens": LevelBounds(low_max=3000, medium_max=9000),
+        "domains": LevelBounds(low_max=1, medium_max=3),
+    }
+
+
 def _default_matrix() -> dict[Tier, dict[WaterLevel, NextCall]]:
     allow, targeted, stop = NextCall.ALLOW, NextCall.TARGETED_ONLY, NextCall.STOP
     return {
@@ -110,11 +118,7 @@ class GovernanceConfig(BaseModel):
     enabled: bool = Field(default=True, description="false: never refuse (a stateless retriever).")
     water_metric: WaterMetric = Field(default="calls", description="What the water level measures.")
     levels: dict[WaterMetric, LevelBounds] = Field(
-        default_factory=lambda: {
-            "calls": LevelBounds(low_max=3, medium_max=7),
-            "tokens": LevelBounds(low_max=3000, medium_max=9000),
-            "domains": LevelBounds(low_max=1, medium_max=3),
-        },
+        default_factory=_default_levels,
         description="Bounds per metric: LOW <= low_max < MEDIUM <= medium_max < HIGH.",
     )
     matrix: dict[Tier, dict[WaterLevel, NextCall]] = Field(
@@ -134,15 +138,29 @@ class GovernanceConfig(BaseModel):
     def _complete(self) -> GovernanceConfig:
         if self.water_metric not in self.levels:
             raise ValueError(f"levels has no bounds for water_metric {self.water_metric!r}")
+        if Tier.NO_MATCH in self.matrix:
+            # decide() reads NO_MATCH from the REFERENCE row; a NO_MATCH row would be ignored silently.
+            raise ValueError("matrix.NO_MATCH is not configurable: NO_MATCH is decided by the REFERENCE row")
         for tier in _DECIDING_TIERS:
             row = self.matrix.get(tier)
             missing = [level.value for level in WaterLevel if row is None or level not in row]
             if missing:
                 raise ValueError(f"matrix.{tier.value} lacks a decision for {', '.join(missing)}")
+        if "en" not in self.guidance:
+            raise ValueError("guidance.en is required: it is the fallback for every language")
         for language, texts in self.guidance.items():
             missing_keys = sorted(set(GuidanceKey.__args__) - set(texts))  # type: ignore[attr-defined]
             if missing_keys:
                 raise ValueError(f"guidance.{language} lacks {', '.join(missing_keys)}")
+            for key, template in texts.items():
+                # Render once now, so a bad placeholder fails at load, not on every lookup.
+                try:
+                    template.format(calls_used=0, water_level=WaterLevel.LOW.value)
+                except (KeyError, IndexError, ValueError) as exc:
+                    raise ValueError(
+                        f"guidance.{language}.{key} is not a valid template ({type(exc).__name__}: {exc}); "
+                        "the placeholders are {calls_used} and {water_level}"
+                    ) from exc
         return self
 
 

@@ -151,13 +151,25 @@ class Ingestor:
         for doc in docs:
             for chunk in doc.chunks:
                 rows.append(
-                    ChunkRow(doc.doc_key, doc.content_hash, chunk.index, doc.domain, vectors[position])
+                    ChunkRow(
+                        doc.doc_key,
+                        doc.content_hash,
+                        chunk.index,
+                        doc.domain,
+                        chunk.language,
+                        vectors[position],
+                    )
                 )
                 position += 1
         self._store.upsert(rows)
         for doc in docs:
             self._catalog.commit_document(doc)
-            self._store.delete_document(doc.doc_key, keep_hash=doc.content_hash)
+            if doc.doc_key in visible:
+                # Only an update has older chunks to drop. A new document's only chunks are the ones
+                # just written (a killed run's leftovers were removed by _repair), and a delete by
+                # filter costs a scan of the collection: on Milvus Lite ~340 ms per document at 10k
+                # unflushed chunks, which made a bulk ingest quadratic.
+                self._store.delete_document(doc.doc_key, keep_hash=doc.content_hash)
             (report.updated if doc.doc_key in visible else report.added).append(doc.doc_key)
             report.chunks += len(doc.chunks)
         self._catalog.clear_pending(d.doc_key for d in docs)

@@ -64,6 +64,7 @@ class Policy:
     hint_language: str = "auto"
     primary_max_chars: int = 4000
     supplement_max_chars: int = 1200
+    cross_language_offset: float = 0.0
 
 
 @dataclass
@@ -109,10 +110,11 @@ class LookupService:
         if refusal is not None and snapshot is not None and session_key is not None:
             outcome = self._refused(refusal, session_key, scope, policy, language, snapshot)
         else:
-            evidence = self.engine.cached_evidence(request.query, request.domain, request.top_k)
+            offset = policy.cross_language_offset
+            evidence = self.engine.cached_evidence(request.query, request.domain, request.top_k, offset)
             if evidence is None:
                 evidence = await asyncio.to_thread(
-                    self.engine.retrieve, request.query, request.domain, request.top_k
+                    self.engine.retrieve, request.query, request.domain, request.top_k, offset
                 )
             outcome = self._answer(evidence, view, request, session_key, scope, policy, language, snapshot)
         outcome.latency_ms = (time.perf_counter() - started) * 1000
@@ -142,6 +144,7 @@ class LookupService:
         config = policy.governance
         usage = Usage(snapshot.calls + 1, snapshot.tokens, len(snapshot.retrieved_domains))
         level = water_level(config, usage)
+        key: GuidanceKey
         if reason == "circuit_open":
             next_call, key = NextCall.STOP, "circuit_open"
         else:
@@ -197,6 +200,7 @@ class LookupService:
         fresh = [k for k in candidates if k not in retrieved]
         seen = [k for k in candidates if k in retrieved]
         dedup_reason: DedupReason | None = None
+        chosen: list[str]
 
         if len(l0) == 1 and l0[0] in retrieved:
             # The one exact match is already in context: nothing more precise exists.
@@ -223,14 +227,13 @@ class LookupService:
 
         config = policy.governance
         governed = config.enabled and snapshot is not None
-        if (
+        same_domain = (
             governed
-            and chosen
-            and config.domain_policy == "hard"
-            and not (request.missing_dimension or "").strip()
+            and bool(chosen)
             and snapshot is not None
             and view.entries[chosen[0]].domain in snapshot.retrieved_domains
-        ):
+        )
+        if same_domain and config.domain_policy == "hard" and not (request.missing_dimension or "").strip():
             # Scheme B: the best hit lands in a domain this session already covered.
             tier, chosen, dedup_reason = Tier.DEDUPED, [], "domain_retrieved"
 
@@ -242,7 +245,10 @@ class LookupService:
         if snapshot is not None and session_key is not None:
             domains_after = set(snapshot.retrieved_domains) | {d.domain for d in documents}
             usage = Usage(snapshot.calls + 1, snapshot.tokens + tokens, len(domains_after))
-            decision = decide(config, tier, usage) if config.enabled else None
+            # A domain_retrieved refusal leaves the targeted channel open (its guidance says so):
+            # it is decided like a REFERENCE result, so only a call with missing_dimension follows.
+            deciding_tier = Tier.REFERENCE if dedup_reason == "domain_retrieved" else tier
+            decision = decide(config, deciding_tier, usage) if config.enabled else None
             after = self.memory.record_call(
                 session_key,
                 returned=[(d.domain, d.doc_key, d.title) for d in documents],
@@ -256,7 +262,7 @@ class LookupService:
             usage = Usage(1, tokens, len({d.domain for d in documents}))
             retrieved_domains = sorted({d.domain for d in documents})
             call_index = 1
-        budget = self._budget(config, decision, usage, language, dedup_reason, governed=decision is not None)
+        budget = self._budget(config, decision, usage, language, dedup_reason, memory=snapshot is not None)
         hint = completeness_hint(tier, language)
         result = LookupResult(
             found=bool(documents),
@@ -268,7 +274,9 @@ class LookupService:
             dedup_reason=dedup_reason,
             already_in_context=already,
             session_scope=scope,
-            message=self._message(tier, documents, already, dedup_reason, budget, session_key is None),
+            message=self._message(
+                tier, documents, already, dedup_reason, budget, session_key is None, same_domain=same_domain
+            ),
             budget=budget,
         )
         top = evidence.similarities[0][1] if evidence.similarities else None
@@ -282,6 +290,8 @@ class LookupService:
             "completeness_hint": hint,
             "retrieved_domains": retrieved_domains,
             "dedup_reason": dedup_reason,
+            # domain_policy soft: a lookup landing in an already-retrieved domain is only reported.
+            "same_domain": same_domain,
             "embedder": self.engine.embedder_name,
             "thresholds": thresholds.model_dump(),
             "content_tokens": tokens,
@@ -312,17 +322,17 @@ class LookupService:
         language: Language,
         dedup_reason: DedupReason | None,
         *,
-        governed: bool,
+        memory: bool,
     ) -> Budget:
-        if not governed or decision is None:
+        if decision is None:
             text = (
-                "no session memory: dedup and budget are off for this call"
-                if not governed
-                else "governance is off"
+                "governance is off: lookups are not limited"
+                if memory
+                else "no session memory: dedup and budget are off for this call"
             )
             return Budget(calls_used=usage.calls, water_level=None, next_call=None, guidance=text)
         key: GuidanceKey = decision.guidance_key
-        if dedup_reason == "domain_retrieved":
+        if dedup_reason == "domain_retrieved" and decision.next_call is not NextCall.STOP:
             key = "domain_retrieved"
         return Budget(
             calls_used=usage.calls,
@@ -339,10 +349,14 @@ class LookupService:
         dedup_reason: DedupReason | None,
         budget: Budget,
         memory_off: bool,
+        *,
+        same_domain: bool = False,
     ) -> str:
         parts: list[str] = []
         if documents:
             parts.append(f"{len(documents)} new document(s), tier {tier.value}.")
+            if same_domain:
+                parts.append(f"The best match is in domain {documents[0].domain!r}, already retrieved.")
         elif dedup_reason == "doc_retrieved":
             parts.append("Every matching document was already returned to this session: use what you have.")
         elif dedup_reason == "domain_retrieved":

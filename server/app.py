@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,14 +15,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from retrieval.embedders import Embedder, EmbedderError
 from retrieval.models import DomainInfo, KnowledgeMap, LookupResult, ResetResult
 from retrieval.service import LookupOutcome, LookupRequest, UnknownDomainError
+from retrieval.tracker import Clock
 from server import prompts
 from server.config_watch import SettingsHolder
 from server.rendering import render_lookup
+from server.request_guard import RequestGuard, accept_logging_level
 from server.resources import AppResources, WarmupError
 from server.session import SessionIdentity, SessionKeyError, resolve_session
 from server.settings import Settings
@@ -46,6 +49,20 @@ def _no_bad_characters(value: str, field: str) -> str:
     return value
 
 
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _no_lone_surrogate(field: str):  # type: ignore[no-untyped-def]
+    # Runs before pydantic's str check, whose error for a lone surrogate does not say where it is.
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and (found := _LONE_SURROGATE.search(value)):
+            code = ord(found.group())
+            raise ValueError(f"{field} contains a lone surrogate (U+{code:04X}) at position {found.start()}")
+        return value
+
+    return check
+
+
 def _query(value: str) -> str:
     if not value.strip():
         raise ValueError("query must not be blank")
@@ -63,11 +80,13 @@ Query = Annotated[
     str,
     Field(min_length=1, max_length=2000, description="What you need to know, 1-2000 characters."),
     AfterValidator(_query),
+    BeforeValidator(_no_lone_surrogate("query")),
 ]
 Domain = Annotated[
     str | None,
     Field(default=None, max_length=128, description="Restrict to one domain of knowledge://map."),
     AfterValidator(_optional_text("domain")),
+    BeforeValidator(_no_lone_surrogate("domain")),
 ]
 TopK = Annotated[int, Field(ge=1, le=10, strict=True, description="Documents to return at most (1-10).")]
 MissingDimension = Annotated[
@@ -78,13 +97,15 @@ MissingDimension = Annotated[
         description="The aspect you still lack after earlier results; required for a targeted lookup.",
     ),
     AfterValidator(_optional_text("missing_dimension")),
+    BeforeValidator(_no_lone_surrogate("missing_dimension")),
 ]
 PromptLanguage = Literal["en", "zh"]
 
 
 def app(ctx: Context) -> AppResources:
     """The resources the lifespan yielded."""
-    return ctx.request_context.lifespan_context  # type: ignore[no-any-return]
+    resources: AppResources = ctx.request_context.lifespan_context  # type: ignore[assignment]
+    return resources
 
 
 def session_of(ctx: Context) -> SessionIdentity:
@@ -108,6 +129,15 @@ def session_of(ctx: Context) -> SessionIdentity:
         raise ToolError(str(exc)) from exc
 
 
+class _Call:
+    """What one tool call learned, for its log row."""
+
+    def __init__(self) -> None:
+        self.identity = SessionIdentity(None, "none")
+        self.outcome: LookupOutcome | None = None
+        self.error: str | None = None
+
+
 def create_server(
     settings: Settings,
     *,
@@ -117,10 +147,11 @@ def create_server(
     store: MilvusVectorStore | None = None,
     stdio_key: str | None = None,
     holder: SettingsHolder | None = None,
+    clock: Clock = time.monotonic,
 ) -> MCPServer[AppResources]:
-    """Build the server; tests inject an embedder or store, the CLI passes the config path for hot reload."""
+    """Build the server; tests inject an embedder, store or clock; the CLI passes the config for hot reload."""
     holder = holder or SettingsHolder(settings, config_path, overrides or {})
-    resources = AppResources(holder, embedder=embedder, store=store, stdio_key=stdio_key)
+    resources = AppResources(holder, embedder=embedder, store=store, stdio_key=stdio_key, clock=clock)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppResources]) -> AsyncIterator[AppResources]:
@@ -134,9 +165,11 @@ def create_server(
         SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
     )
     mcp.resources_state = resources  # type: ignore[attr-defined]  # for tests and the eval command
+    mcp.middleware.append(RequestGuard(mcp))
+    accept_logging_level(mcp)
 
     @mcp.tool(
-        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=False, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False),
     )
     async def lookup_knowledge(
         query: Query,
@@ -158,93 +191,79 @@ def create_server(
           closed for this session: answer from what you have).
         Stopping with partial information is acceptable; repeating a lookup is not.
         """
-        return await _lookup(ctx, query, domain, top_k, missing_dimension)
-
-    async def _lookup(
-        ctx: Context, query: str, domain: str | None, top_k: int, missing_dimension: str | None
-    ) -> CallToolResult:
-        started = time.perf_counter()
-        resources = app(ctx)
-        identity = session_of(ctx)
         arguments = {"query": query, "domain": domain, "top_k": top_k, "missing_dimension": missing_dimension}
-        outcome: LookupOutcome | None = None
-        error: str | None = None
-        try:
+        async with logged_call(ctx, "lookup_knowledge", arguments) as call:
             service = await resources.lookup_service()
             request = LookupRequest(query, domain, top_k, missing_dimension)
-            outcome = await service.lookup(request, session_key=identity.key, scope=identity.scope)
-        except (UnknownDomainError, WarmupError, EmbedderError) as exc:
-            error = str(exc)
-            raise ToolError(error) from exc
-        except Exception as exc:
-            # A store or model failure mid-request: report it as a tool error and keep serving.
-            logger.exception("lookup_knowledge failed")
-            error = f"lookup failed: {type(exc).__name__}: {exc}"
-            raise ToolError(error) from exc
-        finally:
-            await resources.record(
-                tool_name="lookup_knowledge",
-                session_key=identity.key,
-                session_scope=identity.scope,
-                arguments=arguments,
-                outcome=outcome,
-                latency_ms=(time.perf_counter() - started) * 1000,
-                error=error,
+            call.outcome = await service.lookup(
+                request, session_key=call.identity.key, scope=call.identity.scope
             )
-        result = outcome.result
+        result = call.outcome.result
         return CallToolResult(
             content=[TextContent(type="text", text=render_lookup(result))],
             structured_content=result.model_dump(mode="json"),
         )
 
-    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True))
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     async def reset_session(ctx: Context) -> ResetResult:
         """Forget what this session has retrieved and reopen lookup_knowledge.
 
         Call it when you start a new, unrelated task in the same conversation or process.
         """
-        started = time.perf_counter()
-        resources = app(ctx)
-        identity = session_of(ctx)
-        forgotten = resources.memory.clear(identity.key) if identity.key else False
+        async with logged_call(ctx, "reset_session", {}) as call:
+            key = call.identity.key
+            forgotten = resources.memory.clear(key) if key else False
         message = (
             "session memory cleared; lookup_knowledge is open again"
-            if identity.key
+            if key
             else "no session could be identified, so there was no memory to clear"
         )
-        await resources.record(
-            tool_name="reset_session",
-            session_key=identity.key,
-            session_scope=identity.scope,
-            arguments={},
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
-        return ResetResult(session_scope=identity.scope, forgotten=forgotten, message=message)
+        return ResetResult(session_scope=call.identity.scope, forgotten=forgotten, message=message)
 
-    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False))
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
     async def list_knowledge_domains(ctx: Context) -> KnowledgeMap:
         """List the knowledge base's domains: what each covers and when to retrieve from it.
 
         For planning: route each step that needs knowledge to one domain.
         """
+        async with logged_call(ctx, "list_knowledge_domains", {}):
+            return (await resources.lookup_service()).engine.knowledge_map()
+
+    @asynccontextmanager
+    async def logged_call(ctx: Context, tool_name: str, arguments: dict[str, Any]) -> AsyncIterator[_Call]:
+        """Resolve the session, turn failures into tool errors, and log the call whatever happens."""
         started = time.perf_counter()
-        resources = app(ctx)
-        identity = session_of(ctx)
-        knowledge_map = await _knowledge_map(resources)
-        await resources.record(
-            tool_name="list_knowledge_domains",
-            session_key=identity.key,
-            session_scope=identity.scope,
-            arguments={},
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
-        return knowledge_map
+        call = _Call()
+        try:
+            call.identity = session_of(ctx)
+            yield call
+        except ToolError as exc:
+            call.error = str(exc)
+            raise
+        except (UnknownDomainError, WarmupError, EmbedderError) as exc:
+            call.error = str(exc)
+            raise ToolError(call.error) from exc
+        except Exception as exc:
+            # A store or model failure mid-request: report it as a tool error and keep serving.
+            logger.exception("%s failed", tool_name)
+            call.error = f"{tool_name} failed: {type(exc).__name__}: {exc}"
+            raise ToolError(call.error) from exc
+        finally:
+            await resources.record(
+                tool_name=tool_name,
+                session_key=call.identity.key,
+                session_scope=call.identity.scope,
+                arguments=arguments,
+                outcome=call.outcome,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                error=call.error,
+            )
 
     async def _knowledge_map(resources: AppResources) -> KnowledgeMap:
         try:
             service = await resources.lookup_service()
         except WarmupError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ResourceError(str(exc)) from exc
         return service.engine.knowledge_map()
 
     @mcp.resource("knowledge://map", name="knowledge-map", mime_type="application/json")

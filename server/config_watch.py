@@ -42,14 +42,16 @@ class SettingsHolder:
         self.reload_errors = 0
         self.last_error: str | None = None
 
-    def _stat(self) -> tuple[float, int] | None:
+    def _stat(self) -> tuple[int, int, int] | None:
         if self._path is None:
             return None
         try:
             st = self._path.stat()
         except OSError:
             return None
-        return (st.st_mtime, st.st_size)
+        # The inode catches editors that save by renaming a new file over the old one, which
+        # can carry an older mtime; nanoseconds catch two quick same-size edits.
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def current(self) -> Settings:
         """The live settings, reloading first if the file changed since the last check."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from retrieval.embedders import Embedder
 from retrieval.service import LookupOutcome, LookupService
-from retrieval.tracker import ActionMemory
+from retrieval.tracker import ActionMemory, Clock
 from server.config_watch import SettingsHolder
 from server.runtime import Runtime, open_runtime, policy_from
 from server.settings import Settings
@@ -41,6 +41,7 @@ class AppResources:
         embedder: Embedder | None = None,
         store: MilvusVectorStore | None = None,
         stdio_key: str | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         settings = holder.current()
         self.holder = holder
@@ -49,6 +50,7 @@ class AppResources:
             ttl_seconds=settings.memory.ttl_seconds,
             max_sessions=settings.memory.max_sessions,
             on_change=self._persist_memory,
+            clock=clock,
         )
         self._embedder = embedder
         self._store = store
@@ -115,8 +117,10 @@ class AppResources:
 
     def _policy(self):  # type: ignore[no-untyped-def]
         settings = self.settings
-        # The TTL is hot-reloadable too: apply it to the live memory.
+        # The TTL and the session cap are hot-reloadable too: apply them to the live memory
+        # (a lower cap evicts the least recently used sessions on the next new session).
         self.memory.ttl_seconds = settings.memory.ttl_seconds
+        self.memory.max_sessions = settings.memory.max_sessions
         return policy_from(settings)
 
     # -- invocation log ------------------------------------------------------------------

@@ -86,6 +86,7 @@ def policy_from(settings: Settings) -> Policy:
     """The hot-reloadable part of the settings, as the lookup service reads it."""
     return Policy(
         thresholds=settings.thresholds,
+        cross_language_offset=settings.relevance.cross_language_offset.get(settings.embedder.name, 0.0),
         governance=settings.governance,
         hint_language=settings.relevance.hint_language,
         primary_max_chars=settings.retrieval.primary_max_chars,

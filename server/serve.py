@@ -16,6 +16,8 @@ from server.http_security import BearerAuthMiddleware, transport_security, warn_
 from server.resources import AppResources
 from server.session import new_stdio_key
 from server.settings import Settings
+from server.stdio_transport import run_stdio
+from storage.vector_store import StoreError, check_reachable, is_lite_uri
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,24 @@ def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: b
     return app
 
 
+def milvus_startup_problem(settings: Settings) -> str | None:
+    """Why a remote Milvus cannot be used (None when it can, or when it is a Lite file).
+
+    The retrieval stack warms up in the background after ``initialize``, so without this
+    check an unreachable server would only show up as an error on every lookup. Connecting
+    is bounded by milvus.timeout_s. Milvus Lite is not probed: it is a local file, and
+    opening it twice would delay ``initialize`` by the Lite start-up time.
+    """
+    uri = settings.milvus_uri
+    if is_lite_uri(uri):
+        return None
+    try:
+        check_reachable(uri, settings.milvus.token, settings.milvus.timeout_s)
+    except StoreError as exc:
+        return str(exc)
+    return None
+
+
 def serve(
     settings: Settings,
     config_path: Path | None,
@@ -64,11 +84,15 @@ def serve(
     stateless: bool = False,
 ) -> int:
     """Run until interrupted; returns the exit code."""
+    problem = milvus_startup_problem(settings)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     stdio_key = new_stdio_key() if transport == "stdio" else None
     mcp = create_server(settings, config_path=config_path, overrides=overrides, stdio_key=stdio_key)
     if transport == "stdio":
         # stdout belongs to the protocol: everything else goes to stderr.
-        anyio.run(mcp.run_stdio_async)
+        anyio.run(run_stdio, mcp)
         return 0
     import uvicorn
 

@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS documents (
     when_to_retrieve TEXT NOT NULL,
     body TEXT NOT NULL,
     chunk_count INTEGER NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    languages TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS pending (
     doc_key TEXT PRIMARY KEY,
@@ -52,6 +53,7 @@ class CatalogEntry:
     when_to_retrieve: str
     body: str
     chunk_count: int
+    languages: tuple[str, ...] = ()
 
 
 class Catalog:
@@ -79,10 +81,22 @@ class Catalog:
     def entries(self) -> list[CatalogEntry]:
         rows = self._db.execute(
             "SELECT doc_key, content_hash, title, domain, keywords, summary, domain_description,"
-            " when_to_retrieve, body, chunk_count FROM documents ORDER BY doc_key"
+            " when_to_retrieve, body, chunk_count, languages FROM documents ORDER BY doc_key"
         )
         return [
-            CatalogEntry(r[0], r[1], r[2], r[3], tuple(json.loads(r[4])), r[5], r[6], r[7], r[8], r[9])
+            CatalogEntry(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                tuple(json.loads(r[4])),
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                tuple(filter(None, r[10].split(","))),
+            )
             for r in rows
         ]
 
@@ -102,7 +116,7 @@ class Catalog:
         """Make doc's new chunks the visible ones, atomically."""
         with self._transaction():
             self._db.execute(
-                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     doc.doc_key,
                     doc.content_hash,
@@ -115,6 +129,7 @@ class Catalog:
                     doc.body,
                     len(doc.chunks),
                     time.time(),
+                    ",".join(sorted({chunk.language for chunk in doc.chunks})),
                 ),
             )
             self._bump()

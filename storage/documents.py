@@ -35,6 +35,26 @@ class Chunk:
     heading: str
     text: str
 
+    @property
+    def language(self) -> str:
+        return text_language(self.text)
+
+
+_CJK_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+# A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
+_CJK_CHARS_PER_WORD = 1.7
+
+
+def text_language(text: str) -> str:
+    """zh or en when one language clearly dominates the text, mixed otherwise."""
+    zh_words = len(_CJK_CHAR.findall(text)) / _CJK_CHARS_PER_WORD
+    en_words = len(_LATIN_WORD.findall(text))
+    share = zh_words / (zh_words + en_words) if zh_words + en_words else 0.0
+    if share >= 0.7:
+        return "zh"
+    return "en" if share <= 0.1 else "mixed"
+
 
 @dataclass(frozen=True)
 class Document:
@@ -198,7 +218,8 @@ def _folder_domain(key: str) -> str:
 
 def _sections(body: str) -> Iterator[tuple[str, str]]:
     """Split at headings (not inside code fences), yielding (heading, text-with-heading)."""
-    heading, lines, in_fence = "", [], False
+    heading, in_fence = "", False
+    lines: list[str] = []
     for line in body.splitlines():
         if _FENCE.match(line):
             in_fence = not in_fence

@@ -46,6 +46,7 @@ class ChunkRow:
     doc_hash: str
     chunk_index: int
     domain: str
+    language: str
     vector: np.ndarray
 
 
@@ -96,6 +97,7 @@ class MilvusVectorStore:
         schema.add_field("doc_hash", DataType.VARCHAR, max_length=64)
         schema.add_field("chunk_index", DataType.INT32)
         schema.add_field("domain", DataType.VARCHAR, max_length=256)
+        schema.add_field("lang", DataType.VARCHAR, max_length=8)
         schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dim)
         index = self._client.prepare_index_params()
         # COSINE: Milvus returns the cosine itself (L2 would come back squared).
@@ -122,6 +124,7 @@ class MilvusVectorStore:
                     "doc_hash": r.doc_hash,
                     "chunk_index": r.chunk_index,
                     "domain": r.domain,
+                    "lang": r.language,
                     VECTOR_FIELD: r.vector.tolist(),
                 }
                 for r in rows
@@ -140,8 +143,24 @@ class MilvusVectorStore:
         self._client.flush(self.collection)
         self._client.load_collection(self.collection)
 
-    def search(self, vector: np.ndarray, *, limit: int, domain: str | None) -> list[ChunkHit]:
-        expr = f"domain == {string_literal(domain)}" if domain is not None else ""
+    def search(
+        self,
+        vector: np.ndarray,
+        *,
+        limit: int,
+        domain: str | None,
+        language: str | None = None,
+        exclude_language: str | None = None,
+    ) -> list[ChunkHit]:
+        """The nearest chunks, optionally only of one domain, only of or not of one language."""
+        clauses = []
+        if domain is not None:
+            clauses.append(f"domain == {string_literal(domain)}")
+        if language is not None:
+            clauses.append(f"lang == {string_literal(language)}")
+        if exclude_language is not None:
+            clauses.append(f"lang != {string_literal(exclude_language)}")
+        expr = " and ".join(clauses)
         result = self._client.search(
             self.collection,
             data=[vector.tolist()],
@@ -168,6 +187,16 @@ class MilvusVectorStore:
             limit=16384,
         )
         return sorted((r["doc_hash"], int(r["chunk_index"])) for r in rows)
+
+
+def is_lite_uri(uri: str) -> bool:
+    """Whether uri names a Milvus Lite file (pymilvus's own rule) rather than a Milvus server."""
+    return uri.endswith(".db")
+
+
+def check_reachable(uri: str, token: str | None, timeout_s: float) -> None:
+    """Connect once and disconnect; raises StoreError naming the URI within about timeout_s."""
+    _connect(uri, token, timeout_s).close()
 
 
 def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:

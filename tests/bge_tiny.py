@@ -10,10 +10,44 @@ from __future__ import annotations
 from pathlib import Path
 
 HIDDEN = 32
-_WORDS = (
-    "err_timeout timeout pool connection hikaricp rate limit api key redis cache error code "
-    "数 据 库 连 接 池 超 时 错 误 配 置 是 什 么 how to configure what is the a of"
-).split()
+_WORDS = [
+    "err_timeout",
+    "timeout",
+    "pool",
+    "connection",
+    "hikaricp",
+    "rate",
+    "limit",
+    "api",
+    "key",
+    "redis",
+    "cache",
+    "error",
+    "code",
+    "数",
+    "据",
+    "库",
+    "连",
+    "接",
+    "池",
+    "超",
+    "时",
+    "错",
+    "误",
+    "配",
+    "置",
+    "是",
+    "什",
+    "么",
+    "how",
+    "to",
+    "configure",
+    "what",
+    "is",
+    "the",
+    "a",
+    "of",
+]
 
 
 def build_tiny_bge_m3(path: Path) -> Path:
@@ -31,15 +65,28 @@ def build_tiny_bge_m3(path: Path) -> Path:
     )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>",
-        pad_token="<pad>", cls_token="<s>", mask_token="<mask>", model_max_length=128,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        cls_token="<s>",
+        mask_token="<mask>",
+        model_max_length=128,
     )
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(0)
     config = XLMRobertaConfig(
-        vocab_size=len(vocab), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=130, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        vocab_size=len(vocab),
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
     )
     XLMRobertaModel(config).save_pretrained(path)
     torch.save(torch.nn.Linear(HIDDEN, HIDDEN).state_dict(), path / "colbert_linear.pt")

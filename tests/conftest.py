@@ -72,8 +72,13 @@ def make_server(make_settings: Callable[..., Any], e5_embedder: Any) -> Callable
     def make(config_path: Path | None = None, **kwargs: Any) -> Any:
         overrides = kwargs.pop("overrides", {})
         settings = make_settings(config_path, **overrides)
-        return create_server(settings, config_path=config_path, overrides={"data_dir": settings.data_dir, **overrides},
-                             embedder=kwargs.pop("embedder", e5_embedder), **kwargs)
+        return create_server(
+            settings,
+            config_path=config_path,
+            overrides={"data_dir": settings.data_dir, **overrides},
+            embedder=kwargs.pop("embedder", e5_embedder),
+            **kwargs,
+        )
 
     return make
 

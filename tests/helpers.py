@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,17 +36,23 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.
 
 @contextlib.contextmanager
 def http_server(
-    env: dict[str, str], *, transport: str = "streamable-http", extra: list[str] | None = None, port: int | None = None
+    env: dict[str, str],
+    *,
+    transport: str = "streamable-http",
+    extra: list[str] | None = None,
+    port: int | None = None,
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Run `serve` over HTTP on a free loopback port; yields (port, process)."""
     port = port or free_port()
     args = [*CLI, "serve", "--transport", transport, "--port", str(port), *(extra or [])]
-    proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_for_port(port, proc)
-        yield port, proc
-    finally:
-        stop(proc)
+    # Output goes to a file, not a pipe nobody reads: a full pipe would stall the server.
+    with tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, proc)
+            yield port, proc
+        finally:
+            stop(proc)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

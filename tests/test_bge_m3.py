@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -49,7 +48,9 @@ def test_bad_model_path_is_a_clear_error(tmp_path: Path) -> None:
 async def test_ingest_and_lookup_through_the_server_with_bge_m3(tiny_model: Path, tmp_path: Path) -> None:
     kb = tmp_path / "kb" / "error-codes"
     kb.mkdir(parents=True)
-    (kb / "timeout.md").write_text("---\ntitle: ERR_TIMEOUT\nkeywords: [ERR_TIMEOUT]\n---\n# ERR_TIMEOUT\n\n请求超时。\n")
+    (kb / "timeout.md").write_text(
+        "---\ntitle: ERR_TIMEOUT\nkeywords: [ERR_TIMEOUT]\n---\n# ERR_TIMEOUT\n\n请求超时。\n"
+    )
     (kb / "pool.md").write_text("---\ntitle: Pool\nkeywords: [HikariCP]\n---\n# Pool\n\nconnection pool.\n")
     settings = load_settings(
         None, data_dir=tmp_path / "data", embedder={"name": "bge-m3", "model_path": str(tiny_model)}

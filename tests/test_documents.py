@@ -35,7 +35,9 @@ def test_front_matter_fields_are_read(tmp_path: Path) -> None:
 
 
 def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_path: Path) -> None:
-    doc = load_document(_write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), max_chars=500)
+    doc = load_document(
+        _write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), max_chars=500
+    )
     assert doc.title == "Dev setup"
     assert doc.domain == "onboarding"
     assert doc.keywords == ()
@@ -63,7 +65,9 @@ def test_txt_file_at_the_root_gets_the_general_domain_and_file_stem_title(tmp_pa
         ("   \n\n", "empty document"),
     ],
 )
-def test_bad_files_raise_document_error_with_reason(tmp_path: Path, content: str | bytes, reason_prefix: str) -> None:
+def test_bad_files_raise_document_error_with_reason(
+    tmp_path: Path, content: str | bytes, reason_prefix: str
+) -> None:
     with pytest.raises(DocumentError) as caught:
         load_document(_write(tmp_path, "bad.md", content), max_chars=500)
     assert caught.value.reason.startswith(reason_prefix)
@@ -77,7 +81,11 @@ def test_unreadable_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
-    body = "# T\n\nintro\n\n## A\n\n" + ("alpha sentence. " * 80) + "\n\n## B\n\nshort b\n\n```\n# not a heading\n```\n"
+    body = (
+        "# T\n\nintro\n\n## A\n\n"
+        + ("alpha sentence. " * 80)
+        + "\n\n## B\n\nshort b\n\n```\n# not a heading\n```\n"
+    )
     chunks = list(chunk_markdown(body, title="T", max_chars=300))
     assert all(len(c.text) <= 300 for c in chunks)
     assert [c.index for c in chunks] == list(range(len(chunks)))

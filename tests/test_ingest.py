@@ -58,7 +58,9 @@ def test_editing_one_file_replaces_only_its_chunks(tmp_path: Path, runtime: Runt
     kb = _kb(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     before = _stored(runtime)
-    (kb / "api/limits.md").write_text(DOCS["api/limits.md"] + "\n## Retry\n\nRetry after the Retry-After header.\n")
+    (kb / "api/limits.md").write_text(
+        DOCS["api/limits.md"] + "\n## Retry\n\nRetry after the Retry-After header.\n"
+    )
     report = runtime.ingestor().run(kb)
     assert report.updated == ["api/limits.md"] and report.skipped == 2
     after = _stored(runtime)
@@ -80,7 +82,10 @@ def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runt
 
 
 def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01\x02PK"})
+    kb = _kb(
+        tmp_path / "kb",
+        {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01\x02PK"},
+    )
     report = runtime.ingestor().run(kb)
     failed = dict(report.failed)
     assert set(failed) == {"bad/yaml.md", "bad/blob.md"}
@@ -90,9 +95,17 @@ def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: R
 
 
 def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
-    kb = _kb(tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01"})
-    proc = subprocess.run([*CLI, "ingest", str(kb)], env=cli_env(tmp_path / "data"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    kb = _kb(
+        tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01"}
+    )
+    proc = subprocess.run(
+        [*CLI, "ingest", str(kb)],
+        env=cli_env(tmp_path / "data"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert "failed: bad/yaml.md: broken YAML front matter" in proc.stderr
     assert "failed: bad/blob.md: binary file" in proc.stderr
@@ -100,8 +113,14 @@ def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
 
 
 def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
-    proc = subprocess.run([*CLI, "ingest", str(tmp_path / "nope")], env=cli_env(tmp_path / "data"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*CLI, "ingest", str(tmp_path / "nope")],
+        env=cli_env(tmp_path / "data"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "does not exist or is not a directory" in proc.stderr
 
@@ -133,7 +152,9 @@ def test_interrupted_update_never_shows_a_mix_and_is_repaired(tmp_path: Path, ru
 
     report = runtime.ingestor().run(kb)
     assert report.repaired == 1 and report.updated == ["api/limits.md"]
-    assert {h for h, _ in runtime.store.chunk_keys("api/limits.md")} == {runtime.catalog.hashes()["api/limits.md"]}
+    assert {h for h, _ in runtime.store.chunk_keys("api/limits.md")} == {
+        runtime.catalog.hashes()["api/limits.md"]
+    }
     assert runtime.store.count() == 3 and not runtime.catalog.pending()
 
 

@@ -50,9 +50,10 @@ async def test_lookup_returns_structured_content_and_a_text_rendering(make_serve
     assert content["relevance_level"] == "PRECISE" and content["found"] is True
     assert content["primary"]["doc_key"] == DOC and content["primary"]["domain"] == "error-codes"
     assert content["session_scope"] == "connection"
-    assert content["retrieved_domains_this_session"][0:1] == ["error-codes"] or "error-codes" in content[
-        "retrieved_domains_this_session"
-    ]
+    assert (
+        content["retrieved_domains_this_session"][0:1] == ["error-codes"]
+        or "error-codes" in content["retrieved_domains_this_session"]
+    )
     assert set(content["budget"]) == {"calls_used", "water_level", "next_call", "guidance"}
     text = result.content[0].text
     assert text.startswith("relevance: PRECISE") and DOC in text
@@ -71,12 +72,20 @@ async def test_second_lookup_of_same_document_returns_deduped(make_server: Any) 
 
 
 async def test_a_document_is_never_returned_twice_to_a_session(make_server: Any) -> None:
-    queries = ["数据库连接池怎么配置", "HikariCP 连接池参数", "connection pool size settings", "连接池耗尽怎么排查"]
+    queries = [
+        "数据库连接池怎么配置",
+        "HikariCP 连接池参数",
+        "connection pool size settings",
+        "连接池耗尽怎么排查",
+    ]
     returned: list[str] = []
     async with Client(make_server(overrides={"governance": {"enabled": False}}), mode="legacy") as client:
         for query in queries:
             content = await lookup(client, query, top_k=5)
-            docs = [d["doc_key"] for d in ([content["primary"]] if content["primary"] else []) + content["supplement"]]
+            docs = [
+                d["doc_key"]
+                for d in ([content["primary"]] if content["primary"] else []) + content["supplement"]
+            ]
             assert not set(docs) & set(returned)
             returned += docs
     assert returned
@@ -87,7 +96,8 @@ async def test_reset_session_makes_the_session_fresh(make_server: Any) -> None:
         await lookup(client)
         reset = await client.call_tool("reset_session", {})
         assert reset.structured_content == {
-            "session_scope": "connection", "forgotten": True,
+            "session_scope": "connection",
+            "forgotten": True,
             "message": "session memory cleared; lookup_knowledge is open again",
         }
         again = await lookup(client)
@@ -125,13 +135,17 @@ async def test_explicit_meta_session_id_scopes_memory_on_the_sessionless_protoco
         other = await lookup(client, meta={"session_id": "agent-2"})
     assert one["session_scope"] == "explicit"
     assert (one["relevance_level"], two["relevance_level"], other["relevance_level"]) == (
-        "PRECISE", "DEDUPED", "PRECISE",
+        "PRECISE",
+        "DEDUPED",
+        "PRECISE",
     )
 
 
 async def test_malformed_explicit_session_key_is_rejected(make_server: Any) -> None:
     async with Client(make_server()) as client:
-        result = await client.call_tool("lookup_knowledge", {"query": QUERY}, meta={"session_id": "has space"})
+        result = await client.call_tool(
+            "lookup_knowledge", {"query": QUERY}, meta={"session_id": "has space"}
+        )
     assert result.is_error
     assert "_meta.session_id must be 1-256 printable ASCII characters" in result.content[0].text
 
@@ -179,7 +193,12 @@ async def test_knowledge_map_resource_template_and_tool_agree(make_server: Any) 
     assert ids == ["api", "error-codes", "infrastructure", "onboarding", "troubleshooting"]
     assert resource["document_count"] == 31
     for entry in resource["domains"]:
-        assert entry["description"] and entry["when_to_retrieve"] and entry["covers"] and entry["document_count"] > 0
+        assert (
+            entry["description"]
+            and entry["when_to_retrieve"]
+            and entry["covers"]
+            and entry["document_count"] > 0
+        )
     assert domain["domain_id"] == "error-codes" and "ERR_TIMEOUT" in domain["covers"]
 
 

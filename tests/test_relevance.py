@@ -7,7 +7,14 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from retrieval.relevance import Thresholds, Tier, completeness_hint, cosine_to_similarity, detect_language, grade
+from retrieval.relevance import (
+    Thresholds,
+    Tier,
+    completeness_hint,
+    cosine_to_similarity,
+    detect_language,
+    grade,
+)
 
 T = Thresholds(highly_relevant=0.75, reference=0.5)
 
@@ -37,7 +44,9 @@ def test_cosine_to_similarity_equals_the_predecessor_formula_on_squared_l2() -> 
         (0, None, None, Tier.NO_MATCH),
     ],
 )
-def test_grade_follows_the_tier_table(l0: int, best_l0: float | None, top: float | None, expected: Tier) -> None:
+def test_grade_follows_the_tier_table(
+    l0: int, best_l0: float | None, top: float | None, expected: Tier
+) -> None:
     assert grade(l0_match_count=l0, best_l0_similarity=best_l0, top_similarity=top, thresholds=T) is expected
 
 

@@ -32,7 +32,9 @@ def test_mark_and_query_documents_and_domains() -> None:
 def test_idle_sessions_expire_after_the_ttl() -> None:
     clock = FakeClock()
     memory = ActionMemory(ttl_seconds=30, max_sessions=10, clock=clock)
-    memory.record_call("s1", returned=[("api", "api/a.md", "A")], ran_retrieval=True, tokens=10, next_call="STOP")
+    memory.record_call(
+        "s1", returned=[("api", "api/a.md", "A")], ran_retrieval=True, tokens=10, next_call="STOP"
+    )
     clock.now += 29
     assert memory.snapshot("s1").next_call == "STOP"
     clock.now += 31
@@ -66,7 +68,9 @@ def test_least_recently_used_session_is_evicted_beyond_the_maximum() -> None:
 
 def test_persistence_callback_sees_every_change_and_forgetting() -> None:
     seen: list[tuple[str, bool]] = []
-    memory = ActionMemory(ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None)))
+    memory = ActionMemory(
+        ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None))
+    )
     memory.mark_retrieved("s", "d", "x")
     memory.clear("s")
     assert seen == [("s", True), ("s", False)]
@@ -77,8 +81,13 @@ def test_concurrent_marks_are_all_kept() -> None:
 
     def work(worker: int) -> None:
         for i in range(200):
-            memory.record_call(f"s{worker % 4}", returned=[("d", f"doc-{worker}-{i}", "")], ran_retrieval=True,
-                               tokens=1, next_call=None)
+            memory.record_call(
+                f"s{worker % 4}",
+                returned=[("d", f"doc-{worker}-{i}", "")],
+                ran_retrieval=True,
+                tokens=1,
+                next_call=None,
+            )
 
     threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
     for t in threads:

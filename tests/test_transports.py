@@ -48,18 +48,26 @@ async def _session_pair(client_a: Client, client_b: Client) -> None:
 
 
 async def test_stdio_subprocess_dedups_within_its_one_client(server_env: dict[str, str]) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+    )
     with anyio.fail_after(120):
         async with Client(params, mode="legacy") as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             assert "lookup_knowledge" in tools
             first, second = await _call(client), await _call(client)
     assert first["session_scope"] == "connection" and first["relevance_level"] == "PRECISE"
-    assert second["relevance_level"] == "DEDUPED" and DOC in [d["doc_key"] for d in second["already_in_context"]]
+    assert second["relevance_level"] == "DEDUPED" and DOC in [
+        d["doc_key"] for d in second["already_in_context"]
+    ]
 
 
-async def test_stdio_on_the_sessionless_protocol_still_has_connection_memory(server_env: dict[str, str]) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT))
+async def test_stdio_on_the_sessionless_protocol_still_has_connection_memory(
+    server_env: dict[str, str],
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+    )
     with anyio.fail_after(120):
         async with Client(params) as client:
             assert client.protocol_version == "2026-07-28"
@@ -97,20 +105,41 @@ async def test_sse_sessions_are_isolated(server_env: dict[str, str]) -> None:
             assert (await _call(b))["session_scope"] == "mcp-session"
 
 
-def test_server_subprocess_writes_nothing_but_protocol_to_stdout(server_env: dict[str, str], tmp_path: Path) -> None:
+def test_server_subprocess_writes_nothing_but_protocol_to_stdout(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
     import json
     import subprocess
 
     requests = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lookup_knowledge",
-                                                                       "arguments": {"query": QUERY}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "lookup_knowledge", "arguments": {"query": QUERY}},
+        },
     ]
     stdin = "".join(json.dumps(r) + "\n" for r in requests)
-    proc = subprocess.Popen([sys.executable, "-m", "server.cli", "serve"], env=server_env, cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve"],
+        env=server_env,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(stdin)
     proc.stdin.flush()

@@ -1,0 +1,122 @@
+"""stdio with an answer for every line: a line that is not JSON-RPC gets a JSON-RPC error back.
+
+The SDK's stdio transport drops such a line (it logs it at debug level), so a client that
+sent a broken frame would wait for a reply that never comes. Here the line is answered with
+``-32700 Parse error`` (not JSON) or ``-32600 Invalid request`` (JSON, but not a JSON-RPC
+message), carrying the request id when one can be read, and the next line is served as usual.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import ErrorData, JSONRPCError
+from mcp_types.jsonrpc import INVALID_REQUEST, PARSE_ERROR
+from pydantic import ValidationError
+
+logger = logging.getLogger(__name__)
+
+
+def error_reply(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error for a frame the transport could not parse."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if not errors or any(err["type"] == "json_invalid" for err in errors):
+        detail = errors[0]["msg"] if errors else str(exc)
+        return JSONRPCError(
+            jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {detail}")
+        )
+    # An error at the top level (a location of one union member) carries the whole message.
+    top_level = [err["input"] for err in errors if len(err["loc"]) <= 1]
+    kind = _json_kind(top_level[0]) if top_level and not isinstance(top_level[0], Mapping) else None
+    # A missing-field error carries the whole message as its input: the id, if any, is there.
+    # JSON-RPC answers with a null id when the id cannot be read.
+    request_id = next(
+        (
+            value
+            for err in errors
+            if isinstance(err.get("input"), Mapping)
+            and isinstance(value := err["input"].get("id"), str | int)
+            and not isinstance(value, bool)
+        ),
+        None,
+    )
+    problem = (
+        f"expected a JSON-RPC 2.0 request object, got a JSON {kind}"
+        if kind is not None
+        else "not a JSON-RPC 2.0 message (needs jsonrpc '2.0', and method, or result, or error)"
+    )
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(code=INVALID_REQUEST, message=f"Invalid request: {problem}"),
+    )
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {list: "array", str: "string", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+class _AnsweringReceiveStream:
+    """The transport's read stream, minus unparseable frames, which are answered on the write stream."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+        # The dispatcher reads the sender's context per message from here (duck-typed).
+        self.last_context: contextvars.Context | None = None
+
+    async def receive(self) -> SessionMessage:
+        while True:
+            item = await self._inner.receive()
+            if isinstance(item, Exception):
+                reply = error_reply(item)
+                logger.info("answered an unparseable stdio frame: %s", reply.error.message)
+                await self._write.send(SessionMessage(reply))
+                continue
+            self.last_context = getattr(self._inner, "last_context", None)
+            return item  # type: ignore[no-any-return]
+
+    def __aiter__(self) -> _AnsweringReceiveStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _AnsweringReceiveStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def run_stdio(mcp: MCPServer[Any]) -> None:
+    """Serve over the process's stdin/stdout, as ``MCPServer.run_stdio_async`` does, answering bad frames."""
+    # MCPServer.run_stdio_async offers no hook on the read stream; this is its body, with
+    # the read stream wrapped.
+    server = mcp._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(
+            _AnsweringReceiveStream(read_stream, write_stream),  # type: ignore[arg-type]
+            write_stream,
+            server.create_initialization_options(),
+        )

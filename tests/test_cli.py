@@ -1,0 +1,150 @@
+"""The command line over the ingested sample knowledge base: lookup, map, calibrate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from server.cli import main
+from tests.helpers import CLI, ROOT, cli_env
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+    code = main(list(args))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in args else out
+
+
+def test_lookup_of_an_identifier_is_precise_through_the_installed_command(data_dir: Path) -> None:
+    proc = subprocess.run(
+        [*CLI, "lookup", "ERR_TIMEOUT 是什么", "--json"],
+        env=cli_env(data_dir),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["relevance_level"] == "PRECISE"
+    assert result["primary"]["doc_key"] == "error-codes/err-timeout.md"
+    assert set(result) >= {
+        "found",
+        "completeness_hint",
+        "supplement",
+        "retrieved_domains_this_session",
+        "budget",
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "doc"),
+    [
+        # English questions about Chinese documents, and Chinese questions about English ones,
+        # with no keyword in common: only the semantic (L1) path can find them.
+        (
+            "MySQL keeps returning Too many connections, which server setting controls this",
+            "infrastructure/mysql-server-config.md",
+        ),
+        ("how do I raise the gateway timeout for a slow report export endpoint", "api/gateway-timeouts.md"),
+        ("第三方合作方调用接口时 API Key 放在哪个请求头，多久轮换一次", "api/api-keys.md"),
+        ("怎么在 Kubernetes 里抓堆转储并用 MAT 分析", "troubleshooting/memory-leak-diagnosis.md"),
+    ],
+)
+def test_paraphrase_in_the_other_language_finds_the_document(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, query: str, doc: str
+) -> None:
+    code, result = _run(capsys, "lookup", query, "--json", "--data-dir", str(data_dir))
+    assert code == 0
+    assert result["primary"]["doc_key"] == doc
+    assert result["relevance_level"] in ("HIGHLY_RELEVANT", "REFERENCE")
+
+
+@pytest.mark.parametrize("query", ["how do I bake sourdough bread at home", "明天北京天气怎么样"])
+def test_off_topic_query_gives_no_match(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, query: str
+) -> None:
+    code, result = _run(capsys, "lookup", query, "--json", "--data-dir", str(data_dir))
+    assert code == 0
+    assert result["relevance_level"] == "NO_MATCH" and result["found"] is False and result["primary"] is None
+
+
+def test_lookup_text_output_and_bad_arguments(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    code, out = _run(capsys, "lookup", "ERR_TIMEOUT 是什么", "--data-dir", str(data_dir))
+    assert code == 0 and out.startswith("relevance: PRECISE")
+    assert main(["lookup", "x", "--domain", "cooking", "--data-dir", str(data_dir)]) == 2
+    assert "unknown domain 'cooking'; known domains: api" in capsys.readouterr().err
+    assert main(["lookup", "x", "--top-k", "11", "--data-dir", str(data_dir)]) == 2
+    assert "--top-k must be between 1 and 10, got 11" in capsys.readouterr().err
+
+
+def test_map_lists_every_domain(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    code, result = _run(capsys, "map", "--json", "--data-dir", str(data_dir))
+    assert code == 0
+    assert {d["domain_id"] for d in result["domains"]} == {
+        "api",
+        "error-codes",
+        "infrastructure",
+        "onboarding",
+        "troubleshooting",
+    }
+    onboarding = next(d for d in result["domains"] if d["domain_id"] == "onboarding")
+    # Documents without front matter are mapped by their first heading and top folder.
+    assert {"开发环境搭建指南", "Release Process", "glossary"} <= set(onboarding["covers"])
+    assert onboarding["document_count"] == 6
+
+
+def test_calibrate_reports_and_writes_thresholds(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        "\n".join(
+            json.dumps(line, ensure_ascii=False)
+            for line in [
+                {"query": "ERR_TIMEOUT 是什么", "doc": "error-codes/err-timeout.md"},
+                {"query": "数据库连接池怎么配置", "doc": "infrastructure/hikaricp-pool-config.md"},
+                {
+                    "query": "how do I raise the gateway timeout for a slow report export endpoint",
+                    "doc": "api/gateway-timeouts.md",
+                },
+                {"query": "how do I bake sourdough bread", "doc": None},
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
+    code, report = _run(
+        capsys,
+        "calibrate",
+        str(queries),
+        "--json",
+        "--write",
+        "--config",
+        str(config),
+        "--data-dir",
+        str(data_dir),
+    )
+    assert code == 0
+    assert report["queries"] == 4 and report["answerable"] == 3
+    assert report["current"]["hit_at_1"] == 1.0
+    assert report["proposed"]["tier_accuracy"] >= report["current"]["tier_accuracy"]
+    written = yaml.safe_load(config.read_text(encoding="utf-8"))
+    assert written["log"] == {"log_queries": True}
+    assert written["relevance"]["thresholds"]["e5-small"] == report["proposed"]["thresholds"]
+
+
+def test_calibrate_rejects_a_malformed_query_file(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "ok", "doc": null}\nnot json\n', encoding="utf-8")
+    assert main(["calibrate", str(bad), "--data-dir", str(data_dir)]) == 2
+    assert f"{bad}:2: not JSON" in capsys.readouterr().err

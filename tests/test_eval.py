@@ -1,0 +1,234 @@
+"""Trace replay through the real MCP server: the ISS-003 targets and the design-doc scenarios."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.cli import main
+from server.replay import (
+    CallRecord,
+    Counts,
+    ReplayError,
+    ReplayReport,
+    TraceError,
+    TraceStep,
+    read_trace,
+    render_comparison,
+    render_counts,
+    replay,
+)
+from server.settings import load_settings
+
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
+ISS003 = TRACES / "iss003-bouncing.jsonl"
+SCENARIOS = sorted(TRACES.glob("scenario*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def eval_data_dir(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Path:
+    target = tmp_path_factory.mktemp("eval") / "data"
+    shutil.copytree(sample_template, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def replays(eval_data_dir: Path, e5_embedder: Any) -> dict[str, tuple[ReplayReport, ReplayReport]]:
+    """Every shipped trace, governed and baseline: {trace name: (governed, baseline)}.
+
+    All traces run in one replay per mode: their sessions are distinct, and memory, dedup
+    and governance are per session, so each session's figures are those of its trace alone.
+    """
+    traces = {path.stem: read_trace(path) for path in sorted(TRACES.glob("*.jsonl"))}
+    owner = {step.session: name for name, steps in traces.items() for step in steps}
+    assert len(owner) == len({(name, step.session) for name, steps in traces.items() for step in steps})
+    steps = [step for trace in traces.values() for step in trace]
+    settings = load_settings(None, data_dir=eval_data_dir)
+    governed = asyncio.run(replay(settings, steps, embedder=e5_embedder))
+    baseline = asyncio.run(replay(settings, steps, baseline=True, embedder=e5_embedder))
+
+    def only(report: ReplayReport, name: str) -> ReplayReport:
+        return ReplayReport(
+            report.mode,
+            tuple(c for c in report.calls if owner[c.session] == name),
+            {s: counts for s, counts in report.sessions.items() if owner[s] == name},
+        )
+
+    return {name: (only(governed, name), only(baseline, name)) for name in traces}
+
+
+def test_iss003_trace_meets_the_governance_targets(replays: dict[str, Any]) -> None:
+    governed, baseline = replays[ISS003.stem]
+    print(
+        "\n".join(render_counts(governed) + render_counts(baseline) + render_comparison(governed, baseline))
+    )
+    g, b = governed.total, baseline.total
+    assert g.calls == b.calls == 10
+    # The stateless baseline hands the same documents back again and again.
+    assert b.duplicate_returns >= 8
+    assert g.duplicate_returns == 0
+    assert g.retrievals <= 3
+    assert g.content_tokens <= 0.30 * b.content_tokens
+    assert g.blocked == g.calls - g.retrievals
+    assert b.retrievals == b.calls and b.blocked == 0
+    # The baseline really is stateless: the server saw no session at all.
+    assert {c.session_scope for c in baseline.calls} == {"none"}
+    assert {c.session_scope for c in governed.calls} == {"explicit"}
+
+
+def test_iss003_blocked_calls_never_reached_the_vector_store(replays: dict[str, Any]) -> None:
+    governed, _ = replays[ISS003.stem]
+    blocked = [c for c in governed.calls if c.blocked]
+    assert blocked, "the trace must trip the circuit breaker"
+    assert all(c.dedup_reason == "circuit_open" for c in blocked)
+    assert all(c.store_searches == 0 and c.doc_keys == () for c in blocked)
+    assert governed.total.store_searches > 0
+
+
+@pytest.mark.parametrize("trace", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_traces_replay_with_sane_figures(replays: dict[str, Any], trace: Path) -> None:
+    governed, baseline = replays[trace.stem]
+    g, b = governed.total, baseline.total
+    assert g.calls == b.calls == len(read_trace(trace))
+    assert g.errors == b.errors == 0
+    assert g.retrievals + g.blocked == g.calls
+    assert g.unique_documents >= 1
+    assert g.duplicate_returns == 0
+    assert g.content_tokens <= b.content_tokens
+    assert g.documents_returned == g.unique_documents
+    assert b.documents_returned == b.unique_documents + b.duplicate_returns
+
+
+def test_precise_scenario_returns_the_error_code_document_first(replays: dict[str, Any]) -> None:
+    governed, _ = replays["scenario3-precise"]
+    (call,) = governed.calls
+    assert call.relevance_level == "PRECISE"
+    assert call.doc_keys[0] == "error-codes/err-timeout.md"
+
+
+def test_memory_scenario_returns_each_document_once(replays: dict[str, Any]) -> None:
+    governed, baseline = replays["scenario2-memory-blocks-repeat"]
+    assert governed.calls[0].doc_keys
+    assert all(not c.doc_keys for c in governed.calls[1:])
+    assert baseline.total.duplicate_returns > 0
+
+
+def test_a_single_lookup_scenario_costs_the_same_as_the_baseline(replays: dict[str, Any]) -> None:
+    governed, baseline = replays["scenario1-normal"]
+    assert governed.total.content_tokens == baseline.total.content_tokens > 0
+    assert governed.calls[0].doc_keys == baseline.calls[0].doc_keys
+
+
+def test_targeted_trace_refuses_the_untargeted_rephrase_and_serves_the_targeted_lookup(
+    replays: dict[str, Any],
+) -> None:
+    governed, baseline = replays["targeted-supplement"]
+    first, rephrase, targeted = governed.calls
+    # The first answer is only a reference (or nothing), so the next lookup must be targeted.
+    assert first.relevance_level in ("REFERENCE", "NO_MATCH")
+    assert first.next_call == "TARGETED_ONLY"
+    assert (rephrase.dedup_reason, rephrase.store_searches, rephrase.doc_keys) == (
+        "missing_dimension_required",
+        0,
+        (),
+    )
+    assert targeted.ran_retrieval
+    assert targeted.doc_keys[0] == "troubleshooting/log-analysis-steps.md"
+    assert governed.total.blocked == 1
+    assert baseline.total.blocked == 0
+
+
+async def test_trace_sessions_are_separate_mcp_sessions(data_dir: Path, e5_embedder: Any) -> None:
+    steps = [
+        TraceStep(session="a", query="ERR_TIMEOUT 是什么"),
+        TraceStep(session="b", query="ERR_TIMEOUT 是什么"),
+        TraceStep(session="a", query="ERR_TIMEOUT 是什么"),
+    ]
+    report = await replay(load_settings(None, data_dir=data_dir), steps, embedder=e5_embedder)
+    a, b = report.sessions["a"], report.sessions["b"]
+    assert a.documents_returned == b.documents_returned > 0
+    assert report.calls[2].relevance_level == "DEDUPED"
+    assert report.total.calls == 3
+    assert report.total.unique_documents == a.unique_documents + b.unique_documents
+    assert report.total.duplicate_returns == 0
+
+
+async def test_replay_refuses_an_empty_knowledge_base(tmp_path: Path, e5_embedder: Any) -> None:
+    steps = [TraceStep(session="s", query="anything")]
+    with pytest.raises(
+        ReplayError, match=r"the knowledge base in .* cannot be replayed against: it holds no documents"
+    ):
+        await replay(load_settings(None, data_dir=tmp_path / "empty"), steps, embedder=e5_embedder)
+
+
+def test_counts_sum_over_sessions() -> None:
+    call = CallRecord("s", "q", "PRECISE", None, "LOW", "ALLOW", ("d1", "d1"), ("d1",), 10, 1)
+    report = ReplayReport(
+        "governed", (call,), {"s": Counts(calls=1, retrievals=1), "t": Counts(calls=2, blocked=2)}
+    )
+    assert report.total == Counts(calls=3, retrievals=1, blocked=2)
+    assert call.ran_retrieval and not call.blocked
+
+
+# -- the trace format ----------------------------------------------------------------
+
+
+def test_trace_lines_are_validated_with_the_line_number(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"session": "s", "query": "q"}\n\n{"session": "s"}\n', encoding="utf-8")
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: query: Field required"):
+        read_trace(trace)
+
+
+def test_trace_with_a_misspelt_key_is_rejected(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"session": "s", "query": "q", "missing_dimention": "x"}\n', encoding="utf-8")
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: missing_dimention: Extra inputs are not permitted"):
+        read_trace(trace)
+
+
+def test_trace_that_is_not_json_is_rejected(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("session=s query=q\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: \(line\): Invalid JSON"):
+        read_trace(trace)
+
+
+def test_empty_trace_is_rejected(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="holds no calls"):
+        read_trace(trace)
+
+
+def test_eval_command_exits_2_for_a_missing_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", str(tmp_path / "nope.jsonl"), "--data-dir", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("error: cannot read trace")
+
+
+@pytest.mark.slow
+def test_eval_command_prints_governed_and_baseline_side_by_side(
+    eval_data_dir: Path, e5_embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("server.eval_command.load_embedder", lambda settings: e5_embedder)
+    code = main(["eval", str(ISS003), "--baseline", "--data-dir", str(eval_data_dir)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith(f"trace {ISS003}: 10 lookups in 1 session(s)")
+    assert "baseline (stateless: governance and dedup off):" in out
+    assert "governed/baseline" in out
+    assert "circuit_open" in out
+
+    code = main(["eval", str(ISS003), "--baseline", "--json", "--data-dir", str(eval_data_dir)])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["governed"]["total"]["duplicate_returns"] == 0
+    assert report["baseline"]["total"]["calls"] == 10
+    assert report["governed_over_baseline"]["duplicate_returns"] == 0.0
+    assert len(report["governed"]["calls"]) == 10

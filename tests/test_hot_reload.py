@@ -1,0 +1,180 @@
+"""Hot reload of the YAML config: the next lookup sees an edit; a broken edit keeps the old config."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from retrieval.service import LookupRequest
+from server.cli import main
+from server.config_watch import SettingsHolder
+from server.settings import load_settings
+
+# No keyword, title or identifier matches it, so its tier comes from similarity alone.
+QUERY = "如何排查生产故障？"
+
+
+def write_config(path: Path, *, highly_relevant: float, reference: float, extra: str = "") -> None:
+    path.write_text(
+        "relevance:\n"
+        "  thresholds:\n"
+        f"    e5-small: {{highly_relevant: {highly_relevant:.4f}, reference: {reference:.4f}}}\n" + extra,
+        encoding="utf-8",
+    )
+
+
+async def lookup(client: Client, query: str, session: str, **args: Any) -> dict[str, Any]:
+    with anyio.fail_after(60):
+        result = await client.call_tool(
+            "lookup_knowledge", {"query": query, **args}, meta={"session_id": session}
+        )
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+async def top_similarity(server: Any, query: str) -> float:
+    """The similarity the tier of ``query`` is graded on, as the invocation log records it."""
+    service = await server.resources_state.lookup_service()
+    outcome = await service.lookup(LookupRequest(query), session_key=None, scope="none")
+    assert outcome.details["l0_match_count"] == 0, outcome.details["l0_titles"]
+    similarity = float(outcome.details["l1_top_similarity"])
+    logging.getLogger(__name__).info("top similarity of %r: %.4f", query, similarity)
+    return similarity
+
+
+async def test_editing_highly_relevant_changes_the_tier_of_the_next_lookup(
+    tmp_path: Path, make_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "config.yaml"
+    write_config(config, highly_relevant=0.896, reference=0.886)
+    server = make_server(config)
+    holder: SettingsHolder = server.resources_state.holder
+    async with Client(server) as client:
+        similarity = await top_similarity(server, QUERY)
+        # Thresholds on either side of the measured similarity, so the test does not depend on
+        # the exact score: below it the query grades HIGHLY_RELEVANT, above it REFERENCE.
+        write_config(config, highly_relevant=similarity - 0.002, reference=similarity - 0.01)
+        assert holder.check() is True
+        before = await lookup(client, QUERY, "before")
+
+        write_config(config, highly_relevant=similarity + 0.002, reference=similarity - 0.01)
+        assert holder.check() is True
+        after = await lookup(client, QUERY, "after")
+
+        with caplog.at_level(logging.ERROR, logger="server.config_watch"):
+            write_config(config, highly_relevant=2.0, reference=similarity - 0.01)
+            assert holder.check() is False
+        kept = await lookup(client, QUERY, "kept")
+
+    assert before["relevance_level"] == "HIGHLY_RELEVANT"
+    assert after["relevance_level"] == "REFERENCE"
+    assert kept["relevance_level"] == "REFERENCE"
+    assert holder.current().thresholds.highly_relevant == pytest.approx(similarity + 0.002, abs=1e-4)
+    assert holder.last_error is not None
+    assert (
+        f"invalid configuration in {config}: relevance.thresholds.e5-small.highly_relevant:"
+        in holder.last_error
+    )
+    assert "config reload rejected, keeping the previous settings" in caplog.text
+    assert "relevance.thresholds.e5-small.highly_relevant" in caplog.text
+
+
+def test_reference_above_highly_relevant_is_rejected_naming_the_embedder_entry(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    write_config(config, highly_relevant=0.9, reference=0.88)
+    holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
+    write_config(config, highly_relevant=0.9, reference=0.95)
+    assert holder.check() is False
+    assert holder.last_error is not None
+    assert (
+        "relevance.thresholds.e5-small: Value error, reference (0.95) must not exceed highly_relevant (0.9)"
+        in (holder.last_error)
+    )
+    assert holder.current().thresholds.reference == 0.88
+    assert holder.reload_errors == 1
+
+
+def test_unparseable_yaml_keeps_the_old_config_and_a_fix_is_applied(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    write_config(config, highly_relevant=0.9, reference=0.88)
+    holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
+    config.write_text("relevance: [unclosed\n", encoding="utf-8")
+    assert holder.check() is False
+    assert holder.last_error is not None and holder.last_error.startswith(
+        f"config file '{config}' is not valid YAML"
+    )
+    write_config(config, highly_relevant=0.91, reference=0.88)
+    assert holder.check() is True
+    assert holder.current().thresholds.highly_relevant == 0.91
+    assert holder.last_error is None
+
+
+def test_an_edit_is_picked_up_without_an_explicit_check_once_the_interval_passed(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")
+    holder = SettingsHolder(
+        load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path}, interval_s=0
+    )
+    config.write_text("governance:\n  domain_policy: hard\n", encoding="utf-8")
+    assert holder.current().governance.domain_policy == "hard"
+
+
+def test_a_restart_only_key_keeps_its_running_value_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("chunking:\n  max_chars: 1200\n", encoding="utf-8")
+    holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
+    with caplog.at_level(logging.WARNING, logger="server.config_watch"):
+        config.write_text(
+            "chunking:\n  max_chars: 800\ngovernance:\n  domain_policy: hard\n", encoding="utf-8"
+        )
+        assert holder.check() is True
+    assert holder.current().chunking.max_chars == 1200
+    assert holder.current().governance.domain_policy == "hard"
+    assert "config change to 'chunking' takes effect after a restart" in caplog.text
+
+
+async def test_editing_domain_policy_applies_to_the_next_lookup_of_a_running_session(
+    tmp_path: Path, make_server: Any
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")
+    server = make_server(config)
+    async with Client(server) as client:
+        await lookup(client, "数据库连接池怎么配置", "s")
+        config.write_text("governance:\n  domain_policy: hard\n", encoding="utf-8")
+        assert server.resources_state.holder.check() is True
+        same_domain = await lookup(client, "消息队列基础", "s")
+    assert same_domain["dedup_reason"] == "domain_retrieved"
+
+
+def test_invalid_config_at_start_up_exits_before_serving_and_names_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    write_config(config, highly_relevant=2.0, reference=0.5)
+    code = main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(
+        f"error: invalid configuration in {config}: relevance.thresholds.e5-small.highly_relevant:"
+    )
+    assert not (tmp_path / "data").exists()  # nothing was opened
+
+
+def test_invalid_config_named_by_the_environment_is_reported_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("governance:\n  levels:\n    calls: {low_max: 9, medium_max: 7}\n", encoding="utf-8")
+    monkeypatch.setenv("LOOKUP_KNOWLEDGE_CONFIG", str(config))
+    code = main(["serve", "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "governance.levels.calls: Value error, low_max (9) must be below medium_max (7)" in err
