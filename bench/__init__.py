@@ -1,0 +1,1 @@
+"""Benchmarks of lookup latency, ingestion throughput and scaling (``make bench``)."""
