@@ -1,0 +1,263 @@
+"""``make bench``: build the synthetic corpus, measure, write ``bench/results/*.json`` and ``docs/benchmarks.md``.
+
+Order: load the model once; ingestion against embed-only on a small subset; then for each size
+(1k -> 10k -> 50k, nested, ingested incrementally so every chunk is embedded once) the
+in-process lookup measurements; at the reference size also the profile, the cold starts and the
+peak RSS of a real serving process; then the governance replay. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import governance_bench, log_bench, machine
+from bench.coldstart import cold_start
+from bench.corpus import DEFAULT_SEED, DOMAINS, chunk, corpus, fresh_queries, take, write_knowledge_base
+from bench.ingest_bench import ingest_ratio
+from bench.lookup_bench import LookupBench, log
+from bench.report import render
+from bench.store_ready import wait_until_indexed
+from bench.targets import evaluate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default=None, help="corpus sizes in chunks, comma-separated (1000,10000,50000)")
+    p.add_argument("--reference-size", type=int, default=None, help="size the targets are judged at (10000)")
+    p.add_argument("--quick", action="store_true", help="small sizes and few samples: a smoke run")
+    p.add_argument("--domains", type=int, default=len(DOMAINS), help="domains of the synthetic corpus")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--rounds", type=int, default=None, help="rounds per measurement (default 5)")
+    p.add_argument("--per-round", type=int, default=None, help="fresh lookups per round (default 40)")
+    p.add_argument(
+        "--work-dir", type=Path, default=ROOT / ".data" / "bench", help="corpus and data directories"
+    )
+    p.add_argument(
+        "--reuse-work", action="store_true", help="keep an existing work dir (ingests only what is new)"
+    )
+    p.add_argument("--keep-work", action="store_true", help="do not delete the work dir at the end")
+    p.add_argument(
+        "--results-dir", type=Path, default=None, help="default bench/results (bench/results/quick)"
+    )
+    p.add_argument("--docs", type=Path, default=None, help="default docs/benchmarks.md (none with --quick)")
+    p.add_argument("--skip-cold-start", action="store_true")
+    return p
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        log(f"[{time.perf_counter() - self.started:7.1f}s] {message}")
+
+
+def _mean_tokens(embedder: Any, texts: list[str]) -> float:
+    model = getattr(embedder, "_model", None)
+    if model is None or not hasattr(model, "token_count"):
+        return float("nan")
+    return round(statistics.mean(model.token_count(t) for t in texts), 1)
+
+
+def _ingest_step(
+    kb: Path, data: Path, embedder: Any, size: int, seed: int, domains: int, clock: Clock
+) -> dict:
+    from server.runtime import open_runtime
+    from server.settings import load_settings
+
+    written = write_knowledge_base(kb, corpus(size, seed=seed, domains=domains))
+    runtime = open_runtime(load_settings(None, data_dir=data), embedder=embedder)
+    last = [0.0]
+
+    def progress(done: int, total: int, _: str) -> None:
+        if time.perf_counter() - last[0] > 30 or done == total:
+            last[0] = time.perf_counter()
+            clock(f"  ingest to {size}: {done}/{total} new chunks")
+
+    try:
+        started = time.perf_counter()
+        report = runtime.ingestor().run(kb, progress=progress)
+        seconds = time.perf_counter() - started
+        # Let the index build finish before closing, so the server opens an indexed collection.
+        ready = wait_until_indexed(runtime.store, seed=size)
+        clock(f"  index ready after {ready['seconds']} s: {ready['batches_ms']} ms/search")
+    finally:
+        runtime.close()
+    if report.failed:
+        raise RuntimeError(f"synthetic documents failed to ingest: {report.failed[:3]}")
+    return {
+        "size": size,
+        "files_written": written,
+        "new_chunks": report.chunks,
+        "seconds": round(seconds, 2),
+        "chunks_per_s": round(report.chunks / seconds, 1) if report.chunks else None,
+        "index_wait": ready,
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick = args.quick
+    sizes_text = args.sizes or ("500,2000" if quick else "1000,10000,50000")
+    try:
+        sizes = sorted({int(s) for s in sizes_text.split(",")})
+    except ValueError as exc:
+        raise SystemExit(f"error: --sizes must be comma-separated integers, got {sizes_text!r}") from exc
+    if any(s < 50 for s in sizes):
+        raise SystemExit(f"error: corpus sizes must be at least 50 chunks, got {sizes}")
+    reference = args.reference_size or (10000 if 10000 in sizes else sizes[-1])
+    if reference not in sizes:
+        raise SystemExit(f"error: --reference-size {reference} is not one of --sizes {sizes}")
+    rounds = args.rounds or (3 if quick else 5)
+    per_round = args.per_round or (12 if quick else 40)
+    warmup = 5 if quick else 20
+    # A smoke run's figures are not results: they stay out of the tree.
+    results_dir = args.results_dir or (
+        ROOT / ".data" / "bench-quick" if quick else ROOT / "bench" / "results"
+    )
+    docs = args.docs or (None if quick else ROOT / "docs" / "benchmarks.md")
+    work: Path = args.work_dir
+    if work.exists() and not args.reuse_work:
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+
+    clock = Clock()
+    results: dict[str, Any] = {
+        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine.describe(),
+        "load": {"start": machine.load_average()},
+        "sizes": sizes,
+        "reference_size": reference,
+        "quick": quick,
+        "samples": {"rounds": rounds, "per_round": per_round, "warmup": warmup},
+    }
+    clock(f"benchmarks: sizes {sizes}, reference {reference}, {rounds} rounds x {per_round} lookups")
+
+    from retrieval.embedders import E5SmallEmbedder
+
+    embedder = E5SmallEmbedder()
+    sample = corpus(500, seed=args.seed, domains=args.domains)
+    results["corpus"] = {
+        "seed": args.seed,
+        "domains": args.domains,
+        "mean_tokens": _mean_tokens(embedder, [c.text for c in sample]),
+        "zh_share": round(sum(c.language == "zh" for c in sample) / len(sample), 2),
+    }
+    queries = fresh_queries(seed=args.seed, domains=args.domains)
+
+    # 4. Ingestion against embed-only, on the first chunks of the corpus.
+    ratio_chunks = 150 if quick else 500
+    ratio_kb = work / "ratio-kb"
+    write_knowledge_base(ratio_kb, corpus(ratio_chunks, seed=args.seed, domains=args.domains))
+    clock(f"ingestion vs embed-only on {ratio_chunks} chunks")
+    results["ingest_ratio"] = ingest_ratio(ratio_kb, work, embedder, runs=2 if quick else 3)
+    _write_json(results_dir / "ingest.json", results["ingest_ratio"])
+
+    kb, data = work / "kb", work / "data"
+    results["ingest_steps"] = []
+    results["lookup"] = {}
+    for size in sizes:
+        clock(f"corpus to {size} chunks")
+        step = _ingest_step(kb, data, embedder, size, args.seed, args.domains, clock)
+        results["ingest_steps"].append(step)
+        clock(f"  ingested {step['new_chunks']} new chunks in {step['seconds']} s")
+
+        from server.settings import load_settings
+
+        settings = load_settings(None, data_dir=data)
+        rng = random.Random(f"{args.seed}:repeat:{size}")
+        # Exact (identifier) lookups for the repeated and blocked paths, spread over the corpus.
+        repeat_items = [
+            chunk(i, seed=args.seed, domains=args.domains)
+            for i in rng.sample(range(size), rounds * (4 if quick else 10))
+        ]
+        bench = LookupBench(settings, embedder, queries, size)
+        profile = size == reference
+        clock(f"lookups at {size} chunks")
+        measured = asyncio.run(
+            bench.run(
+                rounds=rounds,
+                per_round=per_round,
+                warmup=warmup,
+                repeat_items=repeat_items,
+                profile_path=results_dir / "profile-lookup.txt" if profile else None,
+                profile_queries=20 if quick else 60,
+            )
+        )
+        if size == reference:
+            # What-if, same run: the short paths with the invocation log off, to show its share.
+            clock(f"repeated and blocked paths at {size} chunks with the invocation log off")
+            no_log = load_settings(None, data_dir=data, log={"enabled": False})
+            measured["repeat_and_blocked_log_off"] = asyncio.run(
+                LookupBench(no_log, embedder, queries, size).run_short_paths(
+                    rounds=rounds, repeat_items=repeat_items
+                )
+            )
+        if "profile" in measured:
+            results["profile"] = measured.pop("profile")
+            results["profile"]["path"] = os.path.relpath(results["profile"]["path"], ROOT)
+        results["lookup"][str(size)] = measured
+        _write_json(results_dir / f"lookup-{size}.json", measured)
+
+        if size == reference and not args.skip_cold_start:
+            cold_dir = work / "cold"
+            shutil.rmtree(cold_dir, ignore_errors=True)
+            shutil.copytree(data, cold_dir)
+            starts = 2 if quick else 5
+            rss_queries = 20 if quick else 100
+            clock(f"cold starts at {size} chunks ({starts} starts, then {rss_queries} lookups for peak RSS)")
+            results["cold_start"] = cold_start(
+                cold_dir,
+                take(queries, starts + rss_queries),
+                starts=starts,
+                rss_queries=rss_queries,
+                log_path=work / "serve-stderr.log",
+            )
+            _write_json(results_dir / "coldstart.json", results["cold_start"])
+            shutil.rmtree(cold_dir, ignore_errors=True)
+
+    clock("invocation-log commit by durability mode")
+    results["log_commit"] = log_bench.measure(work, rounds=3 if quick else 5, per_round=20 if quick else 40)
+    _write_json(results_dir / "log-commit.json", results["log_commit"])
+
+    clock("governance replay")
+    results["governance"] = governance_bench.measure(work, embedder)
+    _write_json(results_dir / "governance.json", results["governance"])
+
+    results["load"]["end"] = machine.load_average()
+    results["total_seconds"] = round(time.perf_counter() - clock.started, 1)
+    targets = evaluate(results)
+    results["targets"] = targets
+    _write_json(results_dir / "summary.json", {k: v for k, v in results.items() if k != "lookup"})
+    if docs is not None:
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        docs.write_text(render(results, targets), encoding="utf-8")
+        clock(f"wrote {docs}")
+    for row in targets:
+        log(f"  {row['measure']}: {row['value']} (target {row['target']}) -> {row['met']}")
+    if not args.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    clock("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
