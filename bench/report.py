@@ -95,9 +95,9 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         )
     lines += [
         "",
-        "The engine searches once per chunk language when the corpus has several (so both languages",
-        "reach the candidates); the searches run side by side. Raw, one after the other, those filtered",
-        "searches take: "
+        "When the corpus holds chunks in the query's other language, the engine searches twice (those",
+        "chunks apart, since they score lower across languages), side by side. Raw, one after the other,",
+        "two such filtered searches take: "
         + ", ".join(
             f"{int(size):,}: {r['search_per_language_sequential_ms']['median']:.2f} ms "
             f"({r.get('store_searches_per_lookup')} searches per lookup)"
@@ -167,7 +167,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
             "",
             f"- process start to `initialize` answered: {_ms(cold['initialize_ms'])}",
             f"- process start to the first lookup answered: {_ms(cold['first_lookup_ms'])}",
-            f"- of which interpreter start and the serve path's imports alone: "
+            f"- interpreter start and the serve path's imports, timed alone in a separate process: "
             f"{_ms(cold.get('interpreter_and_imports_ms'))}",
             f"- peak RSS (VmHWM) after {cold['rss_lookups']} lookups: {rss.get('process')} MB"
             + (f" plus {rss['children']} MB in child processes" if rss.get("children") else ""),

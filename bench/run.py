@@ -54,7 +54,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--docs", type=Path, default=None, help="default docs/benchmarks.md (none with --quick)")
     p.add_argument("--skip-cold-start", action="store_true")
+    p.add_argument(
+        "--render-only", action="store_true", help="only regenerate the docs page from --results-dir's JSON"
+    )
     return p
+
+
+def _load_results(results_dir: Path) -> dict[str, Any]:
+    """A finished run's results, as written by main()."""
+    summary = results_dir / "summary.json"
+    if not summary.exists():
+        raise SystemExit(f"error: no results to render: {summary} does not exist (run the benchmarks first)")
+    results = json.loads(summary.read_text(encoding="utf-8"))
+    results["lookup"] = {
+        str(size): json.loads((results_dir / f"lookup-{size}.json").read_text(encoding="utf-8"))
+        for size in results["sizes"]
+    }
+    return results
 
 
 class Clock:
@@ -116,6 +132,13 @@ def _write_json(path: Path, data: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quick = args.quick
+    if args.render_only:
+        results_dir = args.results_dir or ROOT / "bench" / "results"
+        results = _load_results(results_dir)
+        docs_path = args.docs or ROOT / "docs" / "benchmarks.md"
+        docs_path.write_text(render(results, evaluate(results)), encoding="utf-8")
+        log(f"wrote {docs_path} from {results_dir}")
+        return 0
     sizes_text = args.sizes or ("500,2000" if quick else "1000,10000,50000")
     try:
         sizes = sorted({int(s) for s in sizes_text.split(",")})
