@@ -15,12 +15,21 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from tests.wire import RawSession, Served, StdioPeer, post, private_data_dir, served_http, server_env
+from tests.wire import (
+    RawSession,
+    Served,
+    StdioPeer,
+    blocking_client,
+    post,
+    private_data_dir,
+    served_http,
+    server_env,
+)
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"
 GOOD_DOC = "error-codes/err-timeout.md"
@@ -135,16 +144,8 @@ def in_process(
     tmp_path_factory: pytest.TempPathFactory, sample_template: Path, e5_embedder: Any
 ) -> Iterator[tuple[BlockingPortal, Client]]:
     """One in-process server and client for the whole table; each case uses its own session."""
-    from server.app import create_server
-    from server.settings import load_settings
-
     data_dir = private_data_dir(sample_template, tmp_path_factory.mktemp("bad-input") / "data")
-    settings = load_settings(None, data_dir=data_dir)
-    server = create_server(settings, overrides={"data_dir": data_dir}, embedder=e5_embedder)
-    with (
-        start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(Client(server, mode="legacy")) as client,
-    ):
+    with blocking_client(data_dir, e5_embedder) as (portal, client):
         yield portal, client
 
 

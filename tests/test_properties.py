@@ -21,14 +21,14 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from mcp import Client
 
 from tests.helpers import ROOT
-from tests.wire import private_data_dir
+from tests.wire import blocking_client, private_data_dir
 
 pytestmark = pytest.mark.slow
 
@@ -97,16 +97,8 @@ arguments = (
 def in_process(
     tmp_path_factory: pytest.TempPathFactory, sample_template: Path, e5_embedder: Any
 ) -> Iterator[tuple[BlockingPortal, Client]]:
-    from server.app import create_server
-    from server.settings import load_settings
-
     data_dir = private_data_dir(sample_template, tmp_path_factory.mktemp("properties") / "data")
-    settings_ = load_settings(None, data_dir=data_dir)
-    server = create_server(settings_, overrides={"data_dir": data_dir}, embedder=e5_embedder)
-    with (
-        start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(Client(server, mode="legacy")) as client,
-    ):
+    with blocking_client(data_dir, e5_embedder) as (portal, client):
         yield portal, client
 
 

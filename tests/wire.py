@@ -42,6 +42,24 @@ def private_data_dir(template: Path, target: Path) -> Path:
     return target
 
 
+@contextlib.contextmanager
+def blocking_client(data_dir: Path, embedder: Any) -> Iterator[tuple[Any, Any]]:
+    """An in-process server over data_dir and a legacy-mode client, driven from sync code via a portal."""
+    from anyio.from_thread import start_blocking_portal
+    from mcp import Client
+
+    from server.app import create_server
+    from server.settings import load_settings
+
+    settings = load_settings(None, data_dir=data_dir)
+    server = create_server(settings, overrides={"data_dir": data_dir}, embedder=embedder)
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(Client(server, mode="legacy")) as client,
+    ):
+        yield portal, client
+
+
 def server_env(data_dir: Path, **settings: str) -> dict[str, str]:
     """The environment for a server subprocess: no inherited LOOKUP_KNOWLEDGE_*, then ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
