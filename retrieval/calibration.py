@@ -1,43 +1,59 @@
-"""Threshold calibration: hit@1, MRR and tier accuracy on labelled queries, and a grid search.
+"""Fit the tier models on labelled questions, and measure them on knowledge bases held out from the fit.
 
-A line is ``{"query": ..., "doc": doc_key}`` or ``{"query": ..., "doc": null}`` (no answer).
-The ideal tier of a line: NO_MATCH when it has no answer or the right document is not retrieved
-at all; PRECISE when exactly one document matches exactly; HIGHLY_RELEVANT when the right
-document ranks first; REFERENCE when it is retrieved but not first.
+A question file has one JSON object per line: ``{"query": ..., "doc": doc_key | null, "kind": ...,
+"answer": ...}``. ``kind`` is code, paraphrase, cross, long, offtopic or near (offtopic and near
+have no doc); ``answer`` is a short passage of the document that answers the question.
+
+The figures the issue tracker and the README quote come from ``leave_one_out``: for each
+knowledge base, the models are fitted on the others and scored on it.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from retrieval.engine import Evidence
-from retrieval.relevance import Thresholds, Tier, grade
+from retrieval.answer import grade_evidence, plan_answer
+from retrieval.engine import Evidence, KnowledgeView
+from retrieval.governance import GovernanceConfig
+from retrieval.logistic import fit_logistic
+from retrieval.ranking import features, rank
+from retrieval.relevance import Tier, TierModel
+from retrieval.service import LookupRequest, Policy
+from storage.catalog import ChunkRecord
+
+KINDS = ("code", "paraphrase", "cross", "long", "offtopic", "near")
+OFFSETS = (0.0, 0.01, 0.02, 0.03)
+LEXICAL_WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3)
+ON_TOPIC_FEATURES = ("similarity", "coverage", "agree", "margin")
+TOP_RIGHT_FEATURES = ("margin", "gap", "similarity", "top_coverage", "agree")
+# The on-topic threshold keeps at least this share of answerable training questions above it:
+# a false NO_MATCH loses knowledge the agent needed.
+ANSWERABLE_KEPT = 0.98
+# HIGHLY_RELEVANT must be right this often on the training questions.
+HIGHLY_RELEVANT_PRECISION = 0.85
 
 
 class CalibrationError(ValueError):
-    """The query file is malformed; the message names the line."""
+    """The question file is malformed; the message names the line."""
 
 
 @dataclass(frozen=True)
 class LabelledQuery:
     query: str
     doc: str | None
+    kind: str = "paraphrase"
+    answer: str | None = None
 
-
-@dataclass(frozen=True)
-class Observation:
-    query: LabelledQuery
-    ranked: tuple[str, ...]
-    l0: tuple[str, ...]
-    top_similarity: float | None
-    best_l0_similarity: float | None
+    @property
+    def answerable(self) -> bool:
+        return self.doc is not None
 
 
 def read_queries(path: Path) -> list[LabelledQuery]:
+    """Parse a question file, naming the line of any problem."""
     queries = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -51,91 +67,207 @@ def read_queries(path: Path) -> list[LabelledQuery]:
         doc = item.get("doc")
         if doc is not None and not isinstance(doc, str):
             raise CalibrationError(f"{path}:{number}: 'doc' must be a doc_key string or null")
-        queries.append(LabelledQuery(item["query"], doc))
+        kind = item.get("kind") or ("paraphrase" if doc else "offtopic")
+        if kind not in KINDS:
+            raise CalibrationError(f"{path}:{number}: 'kind' must be one of {', '.join(KINDS)}")
+        queries.append(LabelledQuery(item["query"], doc, kind, item.get("answer")))
     if not queries:
         raise CalibrationError(f"{path}: no queries")
     return queries
 
 
-def observe(query: LabelledQuery, evidence: Evidence) -> Observation:
-    sims = dict(evidence.similarities)
-    l0 = evidence.l0_doc_keys
-    ranked = tuple(sorted(set(l0) | set(sims), key=lambda k: (k not in l0, -sims.get(k, 0.0), k)))
-    l0_sims = [sims[k] for k in l0 if k in sims]
-    top = evidence.similarities[0][1] if evidence.similarities else None
-    return Observation(query, ranked, l0, top, max(l0_sims, default=None))
+@dataclass(frozen=True)
+class KnowledgeBase:
+    """One ingested knowledge base with its questions and their evidence."""
+
+    name: str
+    view: KnowledgeView
+    chunks: Mapping[str, list[ChunkRecord]]
+    queries: Sequence[LabelledQuery]
+    evidence: Sequence[Evidence]
+
+    def chunks_of(self, doc_key: str) -> list[ChunkRecord]:
+        return list(self.chunks.get(doc_key, []))
 
 
-def ideal_tier(obs: Observation) -> Tier:
-    if obs.query.doc is None or obs.query.doc not in obs.ranked:
-        return Tier.NO_MATCH
-    if len(obs.l0) == 1 and obs.l0[0] == obs.query.doc:
-        return Tier.PRECISE
-    return Tier.HIGHLY_RELEVANT if obs.ranked[0] == obs.query.doc else Tier.REFERENCE
+@dataclass
+class Figures:
+    """What one model does on one set of questions."""
+
+    questions: int = 0
+    codes: int = 0
+    codes_precise: int = 0
+    false_precise: int = 0
+    answerable: int = 0  # paraphrase, cross and long
+    hit_at_1: int = 0
+    delivered: int = 0  # the right document is primary or a supplement
+    answer_in_content: int = 0  # the labelled answer is in the content the agent sees
+    with_answer: int = 0
+    false_no_match: int = 0  # over every answerable question, codes included
+    all_answerable: int = 0
+    offtopic: int = 0
+    offtopic_no_match: int = 0
+    tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, other: Figures) -> None:
+        for name, value in vars(other).items():
+            if isinstance(value, int):
+                setattr(self, name, getattr(self, name) + value)
+        for kind, counts in other.tiers.items():
+            mine = self.tiers.setdefault(kind, {})
+            for tier, count in counts.items():
+                mine[tier] = mine.get(tier, 0) + count
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "questions": self.questions,
+            "codes_precise": f"{self.codes_precise}/{self.codes}",
+            "false_precise": self.false_precise,
+            "hit_at_1": f"{self.hit_at_1}/{self.answerable}",
+            "delivered": f"{self.delivered}/{self.answerable}",
+            "delivered_share": round(self.delivered / self.answerable, 3) if self.answerable else None,
+            "answer_in_content": f"{self.answer_in_content}/{self.with_answer}",
+            "false_no_match": f"{self.false_no_match}/{self.all_answerable}",
+            "false_no_match_share": round(self.false_no_match / self.all_answerable, 3)
+            if self.all_answerable
+            else None,
+            "offtopic_no_match": f"{self.offtopic_no_match}/{self.offtopic}",
+            "tiers": self.tiers,
+        }
 
 
-def graded_tier(obs: Observation, thresholds: Thresholds) -> Tier:
-    return grade(
-        l0_match_count=len(obs.l0),
-        best_l0_similarity=obs.best_l0_similarity,
-        top_similarity=obs.top_similarity,
-        thresholds=thresholds,
+def evaluate(kb: KnowledgeBase, model: TierModel) -> Figures:
+    """Run each question through grade and plan (no session), as a fresh agent would see it."""
+    policy = Policy(tier_model=model, governance=GovernanceConfig(enabled=False))
+    figures = Figures()
+    for query, evidence in zip(kb.queries, kb.evidence, strict=True):
+        graded = grade_evidence(evidence, kb.view, model)
+        plan = plan_answer(
+            graded, LookupRequest(query.query), None, kb.view, kb.chunks_of, policy, governed=False
+        )
+        documents = plan.documents(kb.view, policy)
+        _count(
+            figures,
+            query,
+            graded.tier,
+            [d.doc_key for d in documents],
+            [d.content for d in documents],
+            graded,
+        )
+    return figures
+
+
+def _count(
+    figures: Figures,
+    query: LabelledQuery,
+    tier: Tier,
+    delivered: list[str],
+    contents: list[str],
+    graded: object,
+) -> None:
+    figures.questions += 1
+    counts = figures.tiers.setdefault(query.kind, {})
+    counts[tier.value] = counts.get(tier.value, 0) + 1
+    primary = delivered[0] if delivered else None
+    if tier is Tier.PRECISE and primary != query.doc:
+        figures.false_precise += 1
+    if not query.answerable:
+        figures.offtopic += 1
+        figures.offtopic_no_match += tier is Tier.NO_MATCH
+        return
+    figures.all_answerable += 1
+    figures.false_no_match += tier is Tier.NO_MATCH
+    if query.kind == "code":
+        figures.codes += 1
+        figures.codes_precise += tier is Tier.PRECISE and primary == query.doc
+        return
+    figures.answerable += 1
+    ranked = getattr(graded, "ranked", ())
+    figures.hit_at_1 += bool(ranked) and ranked[0].doc_key == query.doc
+    figures.delivered += query.doc in delivered
+    if query.answer:
+        figures.with_answer += 1
+        figures.answer_in_content += any(
+            doc == query.doc and query.answer in content
+            for doc, content in zip(delivered, contents, strict=True)
+        )
+
+
+def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
+    """The fusion that ranks best, then both logistic models and their thresholds."""
+    grid = [(o, w) for o in OFFSETS for w in LEXICAL_WEIGHTS]
+    offset, weight = max(grid, key=lambda ow: (_ranking_hits(bases, *ow), -ow[0], -ow[1]))
+    rows, on_topic, top_right_rows, top_right = [], [], [], []
+    for kb in bases:
+        for query, evidence in zip(kb.queries, kb.evidence, strict=True):
+            ranked = rank(evidence, offset, weight)
+            feats = features(evidence, ranked)
+            rows.append(feats)
+            on_topic.append(query.answerable)
+            if query.answerable and ranked:
+                top_right_rows.append(feats)
+                top_right.append(ranked[0].doc_key == query.doc)
+    on_model = fit_logistic(rows, on_topic, ON_TOPIC_FEATURES)
+    on_model = on_model.model_copy(
+        update={"threshold": _keep_answerable(on_model.probability, rows, on_topic)}
+    )
+    top_model = fit_logistic(top_right_rows, top_right, TOP_RIGHT_FEATURES)
+    threshold = _precise_enough(top_model.probability, top_right_rows, top_right)
+    top_model = top_model.model_copy(update={"threshold": threshold})
+    return TierModel(
+        on_topic=on_model, top_right=top_model, cross_language_offset=offset, lexical_weight=weight
     )
 
 
+def _ranking_hits(bases: Sequence[KnowledgeBase], offset: float, weight: float) -> int:
+    """Answerable questions whose document ranks first, plus those whose document is in the top 3."""
+    hits = 0
+    for kb in bases:
+        for query, evidence in zip(kb.queries, kb.evidence, strict=True):
+            if query.answerable and query.kind != "code":
+                top = [d.doc_key for d in rank(evidence, offset, weight)[:3]]
+                hits += (top[:1] == [query.doc]) + (query.doc in top)
+    return hits
+
+
+def _keep_answerable(
+    probability: Callable[[Mapping[str, float]], float],
+    rows: Sequence[Mapping[str, float]],
+    labels: Sequence[bool],
+) -> float:
+    """The highest threshold that keeps ANSWERABLE_KEPT of the answerable questions above it."""
+    scores = sorted(probability(r) for r, answerable in zip(rows, labels, strict=True) if answerable)
+    cut = scores[int(len(scores) * (1 - ANSWERABLE_KEPT))]
+    return round(max(cut - 1e-4, 0.0), 4)
+
+
+def _precise_enough(
+    probability: Callable[[Mapping[str, float]], float],
+    rows: Sequence[Mapping[str, float]],
+    labels: Sequence[bool],
+) -> float:
+    """The lowest threshold at which HIGHLY_RELEVANT is right HIGHLY_RELEVANT_PRECISION of the time."""
+    scored = sorted(((probability(r), right) for r, right in zip(rows, labels, strict=True)), reverse=True)
+    best = 1.0
+    right = 0
+    for count, (score, is_right) in enumerate(scored, start=1):
+        right += is_right
+        if right / count >= HIGHLY_RELEVANT_PRECISION:
+            best = score
+    return round(best, 4)
+
+
 @dataclass(frozen=True)
-class Scores:
-    hit_at_1: float
-    mrr: float
-    tier_accuracy: float
-    confusion: dict[str, dict[str, int]]
+class HeldOut:
+    name: str
+    model: TierModel
+    figures: Figures
 
 
-def score(observations: Iterable[Observation], thresholds: Thresholds) -> Scores:
-    obs = list(observations)
-    answerable = [o for o in obs if o.query.doc is not None]
-    hits = sum(1 for o in answerable if o.ranked and o.ranked[0] == o.query.doc)
-    rr = sum(1 / (o.ranked.index(o.query.doc) + 1) for o in answerable if o.query.doc in o.ranked)
-    pairs = Counter((ideal_tier(o).value, graded_tier(o, thresholds).value) for o in obs)
-    confusion: dict[str, dict[str, int]] = {}
-    for (ideal, got), count in sorted(pairs.items()):
-        confusion.setdefault(ideal, {})[got] = count
-    correct = sum(count for (ideal, got), count in pairs.items() if ideal == got)
-    n = max(len(answerable), 1)
-    return Scores(hits / n, rr / n, correct / max(len(obs), 1), confusion)
-
-
-def propose(observations: list[Observation], *, step: float = 0.005) -> tuple[Thresholds, float]:
-    """Grid-search the thresholds that maximise tier accuracy (ties: the higher, stricter pair)."""
-    sims = [o.top_similarity for o in observations if o.top_similarity is not None]
-    if not sims:
-        raise CalibrationError("no query retrieved anything: ingest the knowledge base first")
-    low = max(0.0, round(min(sims) - 0.05, 3))
-    grid = [round(low + i * step, 4) for i in range(int((1.0 - low) / step) + 1)]
-    best: tuple[float, float, float] = (-1.0, 0.0, 0.0)
-    for ref in grid:
-        for high in (h for h in grid if h >= ref):
-            accuracy = score(observations, Thresholds(highly_relevant=high, reference=ref)).tier_accuracy
-            if (accuracy, ref, high) > best:
-                best = (accuracy, ref, high)
-    return Thresholds(highly_relevant=best[2], reference=best[1]), best[0]
-
-
-OFFSET_GRID: tuple[float, ...] = tuple(step / 100 for step in range(11))
-
-
-def propose_all(
-    queries: list[LabelledQuery], evidence: list[Evidence], *, offsets: tuple[float, ...] = OFFSET_GRID
-) -> tuple[float, Thresholds, list[Observation]]:
-    """The cross-language offset and thresholds that maximise tier accuracy (ties: higher MRR, smaller offset)."""
-    best: tuple[float, float, float] | None = None
-    chosen: tuple[float, Thresholds, list[Observation]] | None = None
-    for offset in offsets:
-        observations = [observe(q, e.rescored(offset)) for q, e in zip(queries, evidence, strict=True)]
-        thresholds, accuracy = propose(observations)
-        key = (accuracy, score(observations, thresholds).mrr, -offset)
-        if best is None or key > best:
-            best, chosen = key, (offset, thresholds, observations)
-    if chosen is None:
-        raise CalibrationError("no offsets to try")
-    return chosen
+def leave_one_out(bases: Sequence[KnowledgeBase]) -> list[HeldOut]:
+    """For each knowledge base: fit on the others, score on it."""
+    out = []
+    for kb in bases:
+        model = fit([other for other in bases if other is not kb])
+        out.append(HeldOut(kb.name, model, evaluate(kb, model)))
+    return out

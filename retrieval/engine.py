@@ -1,6 +1,8 @@
-"""The retrieval core: L0 exact match plus L1 semantic search over the visible documents.
+"""The retrieval core: L0 exact matches, one dense search and one lexical search over visible chunks.
 
-Synchronous on purpose; the server calls it through ``asyncio.to_thread``.
+Synchronous on purpose; the server calls it through ``asyncio.to_thread``. The engine gathers raw
+evidence only; ranking and grading are pure functions in ``retrieval.ranking`` and
+``retrieval.relevance``, so calibration can re-score the same evidence offline.
 """
 
 from __future__ import annotations
@@ -16,22 +18,22 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.models import DomainInfo, KnowledgeMap
-from retrieval.relevance import cosine_to_similarity, detect_language
-from storage.catalog import Catalog, CatalogEntry
-from storage.keyword_index import KeywordEntry, KeywordIndex
+from storage.catalog import Catalog, CatalogEntry, ChunkRecord, LexicalHit
+from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
+from storage.text import detect_language, terms
 from storage.vector_store import ChunkHit
+
+# Chunks fetched from each channel. One dense search serves both languages: a chunk written in
+# the other language scores ~0.05 lower with e5, so the limit is wide enough to bring it in
+# and the ranking adds the calibrated offset back.
+DENSE_LIMIT = 48
+LEXICAL_LIMIT = 32
+# Terms in more than this share of chunks say little and make the lexical query slow.
+_COMMON_TERM_SHARE = 0.25
 
 
 class VectorSearch(Protocol):
-    def search(
-        self,
-        vector: np.ndarray,
-        *,
-        limit: int,
-        domain: str | None,
-        language: str | None = None,
-        exclude_language: str | None = None,
-    ) -> list[ChunkHit]: ...
+    def search(self, vector: np.ndarray, *, limit: int, domain: str | None) -> list[ChunkHit]: ...
 
 
 class QueryEmbedder(Protocol):
@@ -41,43 +43,26 @@ class QueryEmbedder(Protocol):
 
 
 @dataclass(frozen=True)
+class DenseHit:
+    chunk_id: str
+    doc_key: str
+    cosine: float
+    cross_language: bool  # the chunk is written purely in the other language than the query
+
+
+@dataclass(frozen=True)
 class Evidence:
-    """Raw retrieval evidence for one query, before grading and dedup."""
+    """Raw retrieval evidence for one query, before ranking, grading and dedup."""
 
-    l0_doc_keys: tuple[str, ...]
-    # Best chunk similarity per visible document (language offset applied), highest first.
-    similarities: tuple[tuple[str, float], ...]
-    # Raw COSINE scores of the chunks, exactly as the store returned them (log only).
-    l1_scores: tuple[float, ...]
-    # Best raw cosine per (document, written in the other language): calibration re-scores it offline.
-    raw: tuple[tuple[str, bool, float], ...] = ()
-
-    def similarity(self, doc_key: str) -> float | None:
-        return dict(self.similarities).get(doc_key)
-
-    def rescored(self, cross_language_offset: float) -> Evidence:
-        """The same evidence graded with another cross-language offset."""
-        sims = rank_similarities(self.raw, cross_language_offset)
-        return Evidence(self.l0_doc_keys, sims, self.l1_scores, self.raw)
-
-
-def rank_similarities(
-    raw: Sequence[tuple[str, bool, float]], cross_language_offset: float
-) -> tuple[tuple[str, float], ...]:
-    """Best similarity per document, highest first, from (doc_key, cross_language, cosine).
-
-    Multilingual embedders score a same-language pair higher than an equally relevant pair in
-    two languages (e5-small: by ~0.04-0.06 on our sample), so a Chinese question would never
-    surface an English document. Adding a calibrated offset to chunks written purely in the
-    other language puts both on one scale; bilingual chunks get none, they match both already.
-    """
-    best: dict[str, float] = {}
-    for doc_key, cross_language, cosine in raw:
-        similarity = cosine_to_similarity(cosine)
-        if cross_language:
-            similarity = min(similarity + cross_language_offset, 1.0)
-        best[doc_key] = max(best.get(doc_key, 0.0), similarity)
-    return tuple(sorted(best.items(), key=lambda item: (-item[1], item[0])))
+    query: str
+    l0: tuple[L0Hit, ...]
+    # Documents identified by exactly one matched keyword that no other document contains.
+    specific_keyword_docs: tuple[str, ...]
+    dense: tuple[DenseHit, ...]
+    lexical: tuple[LexicalHit, ...]
+    # Inverse document frequency of each query term: the weight of a lexical match.
+    term_weights: tuple[tuple[str, float], ...]
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,16 +72,18 @@ class KnowledgeView:
     generation: int
     entries: dict[str, CatalogEntry]
     keywords: KeywordIndex
+    chunks: dict[str, tuple[str, int, str]]  # chunk_id -> (doc_key, index, language)
 
     @classmethod
     def load(cls, catalog: Catalog) -> KnowledgeView:
         generation = catalog.generation()
         entries = {e.doc_key: e for e in catalog.entries()}
-        index = KeywordIndex(KeywordEntry(e.doc_key, e.domain, e.title, e.keywords) for e in entries.values())
-        return cls(generation, entries, index)
+        index = KeywordIndex(
+            KeywordEntry(e.doc_key, e.domain, e.title, e.keywords, e.identifiers) for e in entries.values()
+        )
+        return cls(generation, entries, index, catalog.chunk_index())
 
-    # Both are computed once per snapshot: scanning every entry on each lookup cost ~2 ms per
-    # call at 50k documents and grew linearly with the corpus.
+    # Computed once per snapshot: scanning every entry on each lookup grew linearly with the corpus.
     @cached_property
     def _domain_names(self) -> tuple[str, ...]:
         return tuple(sorted({e.domain for e in self.entries.values()}))
@@ -105,14 +92,9 @@ class KnowledgeView:
     def domains(self) -> list[str]:
         return list(self._domain_names)
 
-    @cached_property
-    def languages(self) -> tuple[str, ...]:
-        """The chunk languages present (zh, en, mixed)."""
-        return tuple(sorted({lang for e in self.entries.values() for lang in e.languages}))
-
 
 class KnowledgeEngine:
-    """Answers ``retrieve`` over the catalog's visible documents."""
+    """Answers ``retrieve`` over the catalog's visible chunks."""
 
     def __init__(
         self,
@@ -120,16 +102,15 @@ class KnowledgeEngine:
         store: VectorSearch,
         embedder: QueryEmbedder,
         *,
-        candidate_factor: int = 4,
         evidence_cache_size: int = 1024,
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._embedder = embedder
-        self._candidate_factor = candidate_factor
         self._view = KnowledgeView.load(catalog)
         self._lock = threading.Lock()
-        self._evidence: OrderedDict[tuple[int, str, str | None, int, float], Evidence] = OrderedDict()
+        self._catalog_lock = threading.Lock()  # one sqlite3 connection, used from several threads
+        self._evidence: OrderedDict[tuple[int, str, str | None], Evidence] = OrderedDict()
         self._evidence_size = evidence_cache_size
         self.searches = 0  # how many times the store was searched (tests assert on it)
 
@@ -139,87 +120,80 @@ class KnowledgeEngine:
 
     def view(self) -> KnowledgeView:
         """The current snapshot, reloaded when another process committed an ingest."""
-        generation = self._catalog.generation()
+        with self._catalog_lock:
+            generation = self._catalog.generation()
         if generation != self._view.generation:
-            with self._lock:
+            with self._lock, self._catalog_lock:
                 if generation != self._view.generation:
                     self._view = KnowledgeView.load(self._catalog)
         return self._view
 
-    def cached_evidence(
-        self, query: str, domain: str | None, top_k: int, cross_language_offset: float = 0.0
-    ) -> Evidence | None:
+    def cached_evidence(self, query: str, domain: str | None) -> Evidence | None:
         """Evidence of an identical earlier query against the same catalog generation, if any."""
-        key = (self._view.generation, query, domain, top_k, cross_language_offset)
+        key = (self._view.generation, query, domain)
         with self._lock:
             found = self._evidence.get(key)
             if found is not None:
                 self._evidence.move_to_end(key)
             return found
 
-    def retrieve(
-        self, query: str, domain: str | None, top_k: int, cross_language_offset: float = 0.0
-    ) -> Evidence:
-        """Run L0 and L1 for the query; identical repeats are served from a small cache."""
+    def retrieve(self, query: str, domain: str | None) -> Evidence:
+        """Run L0, the dense and the lexical search; identical repeats are served from a cache."""
         view = self.view()
-        cached = self.cached_evidence(query, domain, top_k, cross_language_offset)
+        cached = self.cached_evidence(query, domain)
         if cached is not None:
             return cached
-        l0 = tuple(view.keywords.match(query, domain))
-        other = "en" if detect_language(query) == "zh" else "zh"
-        # With chunks written purely in the other language, search them apart from the rest:
-        # they score lower across languages and would otherwise never reach the candidates.
-        plans = ((None, other), (other, None)) if other in view.languages else ((None, None),)
+        # The lexical search runs on the pool while this thread embeds the query and searches Milvus.
+        lexical = _search_pool().submit(self._lexical, query, domain)
         vector = self._embedder.embed_query(query)
-        raw: dict[tuple[str, bool], float] = {}
-        scores: list[float] = []
-        for (language, _), hits in zip(plans, self._search_each(vector, top_k, domain, plans), strict=True):
-            self.searches += 1
-            for hit in hits:
-                scores.append(hit.score)
-                entry = view.entries.get(hit.doc_key)
-                # A chunk is visible only while its hash is the catalog's: that hides half-ingested
-                # or stale versions, so old and new chunks of a document never mix.
-                if entry is None or entry.content_hash != hit.doc_hash:
-                    continue
-                key = (hit.doc_key, language is not None)
-                raw[key] = max(raw.get(key, -1.0), hit.score)
-        raw_items = tuple((doc_key, cross, cosine) for (doc_key, cross), cosine in raw.items())
+        hits = self._store.search(vector, limit=DENSE_LIMIT, domain=domain)
+        self.searches += 1
+        weights, lexical_hits = lexical.result()
+        l0 = tuple(view.keywords.match(query, domain))
         evidence = Evidence(
-            l0_doc_keys=l0,
-            similarities=rank_similarities(raw_items, cross_language_offset),
-            l1_scores=tuple(scores),
-            raw=raw_items,
+            query=query,
+            l0=l0,
+            specific_keyword_docs=self._specific_keyword_docs(l0),
+            dense=tuple(_visible_dense(view, hits, detect_language(query))),
+            lexical=tuple(h for h in lexical_hits if h.chunk_id in view.chunks),
+            term_weights=tuple(sorted(weights.items())),
+            generation=view.generation,
         )
         with self._lock:
-            self._evidence[(view.generation, query, domain, top_k, cross_language_offset)] = evidence
+            self._evidence[(view.generation, query, domain)] = evidence
             while len(self._evidence) > self._evidence_size:
                 self._evidence.popitem(last=False)
         return evidence
 
-    def _search_each(
-        self,
-        vector: np.ndarray,
-        top_k: int,
-        domain: str | None,
-        plans: Sequence[tuple[str | None, str | None]],
-    ) -> list[list[ChunkHit]]:
-        """The planned store searches side by side: the lookup waits for about one search, not the sum.
+    def _lexical(self, query: str, domain: str | None) -> tuple[dict[str, float], list[LexicalHit]]:
+        query_terms = terms(query)
+        with self._catalog_lock:
+            weights = self._catalog.term_weights(query_terms)
+            if not weights:
+                return {}, []
+            ceiling = max(weights.values())
+            # Keep every term rarer than "in a quarter of the chunks", or at least the rarest one.
+            floor = _idf_floor(len(self._view.chunks))
+            useful = [t for t, w in weights.items() if w >= floor or w == ceiling]
+            hits = self._catalog.lexical_search(useful, limit=LEXICAL_LIMIT, domain=domain)
+        return weights, hits
 
-        The first runs in this thread and the others on a small shared pool; the store's client is
-        thread-safe, and most of a search's latency is the round trip to Milvus, which overlaps.
-        """
-        limit = top_k * self._candidate_factor
+    def _specific_keyword_docs(self, l0: Sequence[L0Hit]) -> tuple[str, ...]:
+        """Documents named by a keyword that no other document's text contains."""
+        docs: set[str] = set()
+        for hit in l0:
+            if hit.kind != "keyword":
+                continue
+            with self._catalog_lock:
+                containing = self._catalog.documents_containing(terms(hit.term), limit=2)
+            if containing <= {hit.doc_key}:
+                docs.add(hit.doc_key)
+        return tuple(sorted(docs))
 
-        def search(plan: tuple[str | None, str | None]) -> list[ChunkHit]:
-            language, exclude = plan
-            return self._store.search(
-                vector, limit=limit, domain=domain, language=language, exclude_language=exclude
-            )
-
-        others = [_search_pool().submit(search, plan) for plan in plans[1:]]
-        first = search(plans[0])
-        return [first, *(future.result() for future in others)]
+    def chunks_of(self, doc_key: str) -> list[ChunkRecord]:
+        """A document's visible chunks in order (for passages and whole-document reads)."""
+        with self._catalog_lock:
+            return self._catalog.chunks_of(doc_key)
 
     def knowledge_map(self) -> KnowledgeMap:
         """Every domain with what it covers and when to retrieve from it."""
@@ -231,16 +205,34 @@ class KnowledgeEngine:
         return KnowledgeMap(domains=domains, document_count=len(view.entries))
 
 
+def _idf_floor(chunk_count: int) -> float:
+    df = chunk_count * _COMMON_TERM_SHARE
+    return float(np.log(1 + (chunk_count - df + 0.5) / (df + 0.5)))
+
+
+def _visible_dense(view: KnowledgeView, hits: Sequence[ChunkHit], query_language: str) -> list[DenseHit]:
+    """Hits of visible chunks only: that hides half-ingested or stale versions of a document."""
+    out = []
+    for hit in hits:
+        known = view.chunks.get(hit.chunk_id)
+        if known is None:
+            continue
+        language = known[2]
+        cross = language in ("zh", "en") and language != query_language
+        out.append(DenseHit(hit.chunk_id, known[0], hit.score, cross))
+    return out
+
+
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
 def _search_pool() -> ThreadPoolExecutor:
-    """One process-wide pool for the extra per-language searches (engines come and go in tests)."""
+    """One process-wide pool for the lexical search (engines come and go in tests)."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-search")
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lexical-search")
         return _pool
 
 

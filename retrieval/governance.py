@@ -66,7 +66,7 @@ class LevelBounds(BaseModel):
 def _default_levels() -> dict[WaterMetric, LevelBounds]:
     return {
         "calls": LevelBounds(low_max=3, medium_max=7),
-        "tokens": LevelBounds(low_max=3000, medium_max=9000),
+        "tokens": LevelBounds(low_max=4000, medium_max=12000),
         "domains": LevelBounds(low_max=1, medium_max=3),
     }
 
@@ -84,30 +84,22 @@ def _default_matrix() -> dict[Tier, dict[WaterLevel, NextCall]]:
 def _default_guidance() -> dict[Language, dict[GuidanceKey, str]]:
     return {
         "en": {
-            "allow": "enough budget ({calls_used} lookups used, water level {water_level}): "
-            "another lookup is allowed only for a topic not covered yet.",
-            "targeted_only": "enough budget: one targeted lookup for the missing dimension is allowed; "
-            "pass missing_dimension to say what is missing.",
-            "stop_budget": "budget high: answer from what you have, lookup_knowledge is now closed "
-            "for this session.",
-            "stop_deduped": "this content is already in your context: answer from what you have, "
-            "lookup_knowledge is now closed for this session.",
-            "circuit_open": "lookup_knowledge is closed for this session: answer from what you have. "
-            "An incomplete answer is acceptable; a repeated lookup is not.",
-            "missing_dimension_required": "only a targeted lookup is allowed now: call again with "
-            "missing_dimension naming the aspect you still lack, or answer from what you have.",
-            "domain_retrieved": "this domain was already retrieved in this session: answer from what you "
-            "have, or name the missing dimension for one targeted lookup.",
+            "allow": "{calls_used} lookups, water {water_level}: look up again only for a topic you do not hold.",
+            "targeted_only": "for more on this topic pass missing_dimension; other topics stay open.",
+            "stop_budget": "budget used up: answer from what you have; lookup_knowledge is closed for this session.",
+            "stop_deduped": "you hold this already: answer from it. Only a topic you do not hold is looked up.",
+            "circuit_open": "closed for this session, retrieval skipped: answer from what you have.",
+            "missing_dimension_required": "you hold this topic: answer from it, or pass missing_dimension.",
+            "domain_retrieved": "this domain is already retrieved: answer, or pass missing_dimension.",
         },
         "zh": {
-            "allow": "检索预算充足（已调用 {calls_used} 次，水位 {water_level}）：仅允许针对尚未覆盖的主题再检索。",
-            "targeted_only": "水位充足：可针对缺少的维度定向补充检索一次，请用 missing_dimension 说明缺少什么。",
-            "stop_budget": "水位已高：请直接基于已有信息回答，本会话的 lookup_knowledge 已关闭。",
-            "stop_deduped": "该内容已在上下文中：请基于已有信息回答，本会话的 lookup_knowledge 已关闭。",
-            "circuit_open": "本会话的 lookup_knowledge 已熔断：请基于已有信息回答。不查全不会被追责，重复检索才会。",
-            "missing_dimension_required": "现在只允许定向补充：请在 missing_dimension 中说明缺少的具体维度后再调用，"
-            "或直接基于已有信息回答。",
-            "domain_retrieved": "该域在本会话中已检索过：请基于已有信息回答，或说明缺少的维度后定向补充一次。",
+            "allow": "已调用 {calls_used} 次，水位 {water_level}：只为尚未掌握的主题再检索。",
+            "targeted_only": "如需本主题更多内容，请用 missing_dimension 说明缺少什么；其他主题仍可检索。",
+            "stop_budget": "预算已用尽：请基于已有信息回答，本会话的 lookup_knowledge 已关闭。",
+            "stop_deduped": "该内容已在上下文中：请直接使用。只有尚未掌握的主题才会再检索。",
+            "circuit_open": "本会话已关闭检索（未执行检索）：请基于已有信息回答。",
+            "missing_dimension_required": "该主题已在上下文中：请直接回答，或用 missing_dimension 定向补充。",
+            "domain_retrieved": "该域已检索过：请直接回答，或用 missing_dimension 定向补充。",
         },
     }
 
@@ -116,7 +108,11 @@ class GovernanceConfig(BaseModel):
     """The decision matrix, water levels, guidance templates and domain policy."""
 
     enabled: bool = Field(default=True, description="false: never refuse (a stateless retriever).")
-    water_metric: WaterMetric = Field(default="calls", description="What the water level measures.")
+    water_metric: WaterMetric = Field(
+        default="tokens",
+        description="What the water level measures: content tokens delivered (default), calls, or domains. "
+        "Tokens measure the context the agent actually spent; refused calls cost almost none.",
+    )
     levels: dict[WaterMetric, LevelBounds] = Field(
         default_factory=_default_levels,
         description="Bounds per metric: LOW <= low_max < MEDIUM <= medium_max < HIGH.",

@@ -1,9 +1,11 @@
 """Incremental, idempotent ingestion of a knowledge base directory.
 
 Order of operations per changed document, chosen so that a crash at any point leaves the
-index consistent: record it as pending -> upsert the new chunks (deterministic ids) ->
-commit the catalog row (the visible switch) -> delete the old chunks -> clear pending.
-The next run repairs whatever a killed run left pending.
+index consistent: record it as pending (with every chunk id it touches) -> embed and upsert
+only the chunks whose text is new (content-addressed ids) -> commit the catalog rows (the
+visible switch) -> delete the chunks the new version dropped -> clear pending. The next run
+repairs whatever a killed run left pending. An unchanged chunk is never embedded again,
+whatever else changed in its document.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
-from storage.catalog import Catalog
-from storage.documents import Document, DocumentError, discover, load_document
-from storage.vector_store import ChunkRow
+from storage.catalog import Catalog, PlannedChunk
+from storage.documents import ChunkingRule, Document, DocumentError, discover, load_document
+from storage.vector_store import ChunkRow, chunk_id
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class PassageEmbedder(Protocol):
 class ChunkStore(Protocol):
     def upsert(self, rows: Sequence[ChunkRow]) -> None: ...
 
-    def delete_document(self, doc_key: str, *, keep_hash: str | None = None) -> None: ...
+    def delete_chunks(self, chunk_ids: Sequence[str]) -> None: ...
 
     def flush_and_load(self) -> None: ...
 
@@ -50,6 +52,7 @@ class IngestReport:
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     chunks: int = 0
+    embedded: int = 0  # chunks whose text was new and had to be embedded
     repaired: int = 0
     seconds: float = 0.0
 
@@ -60,14 +63,24 @@ class IngestReport:
     def summary(self) -> str:
         line = (
             f"added {len(self.added)}, updated {len(self.updated)}, deleted {len(self.deleted)}, "
-            f"skipped {self.skipped}, failed {len(self.failed)}, chunks {self.chunks}, "
-            f"seconds {self.seconds:.2f}"
+            f"skipped {self.skipped}, failed {len(self.failed)}, chunks {self.chunks} "
+            f"({self.embedded} embedded), seconds {self.seconds:.2f}"
         )
         if self.repaired:
             line += f", repaired {self.repaired} interrupted"
         if not self.changed and not self.failed:
             line += " (no changes)"
         return line
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One changed document: its chunks, and which of them need a vector."""
+
+    doc: Document
+    chunks: tuple[PlannedChunk, ...]
+    texts: dict[str, str]  # chunk id -> embedded text, for the new chunks only
+    dropped: tuple[str, ...]  # chunk ids of the old version that the new one no longer has
 
 
 class Ingestor:
@@ -79,13 +92,13 @@ class Ingestor:
         store: ChunkStore,
         embedder: PassageEmbedder,
         *,
-        max_chars: int,
+        rule: ChunkingRule,
         batch_size: int = 32,
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._embedder = embedder
-        self._max_chars = max_chars
+        self._rule = rule
         self._batch_size = batch_size
 
     def run(self, root: Path, progress: Progress | None = None) -> IngestReport:
@@ -97,26 +110,25 @@ class Ingestor:
         report.repaired = self._repair()
         visible = self._catalog.hashes()
         seen: set[str] = set()
-        todo: list[Document] = []
-        candidates = list(discover(root))
-        for candidate in candidates:
+        todo: list[_Plan] = []
+        for candidate in discover(root):
             seen.add(candidate.doc_key)
             try:
-                doc = load_document(candidate, max_chars=self._max_chars)
+                doc = load_document(candidate, rule=self._rule)
             except DocumentError as exc:
                 report.failed.append((exc.doc_key, exc.reason))
                 continue
             if visible.get(doc.doc_key) == doc.content_hash:
                 report.skipped += 1
             else:
-                todo.append(doc)
-        total_chunks = sum(len(d.chunks) for d in todo)
+                todo.append(self._plan(doc))
+        total = sum(len(p.texts) for p in todo)
         done = 0
         for batch in _batches(todo, self._batch_size * 4):
             self._write(batch, visible, report)
-            done += sum(len(d.chunks) for d in batch)
+            done += sum(len(p.texts) for p in batch)
             if progress:
-                progress(done, total_chunks, batch[-1].doc_key)
+                progress(done, total, batch[-1].doc.doc_key)
         for doc_key in sorted(set(visible) - seen):
             self._delete(doc_key)
             report.deleted.append(doc_key)
@@ -125,73 +137,73 @@ class Ingestor:
         report.seconds = time.perf_counter() - started
         return report
 
+    def _plan(self, doc: Document) -> _Plan:
+        existing = set(self._catalog.chunk_ids(doc.doc_key))
+        occurrences: dict[str, int] = {}
+        chunks: list[PlannedChunk] = []
+        texts: dict[str, str] = {}
+        for chunk, text in zip(doc.chunks, doc.embedding_texts(), strict=True):
+            occurrence = occurrences[text] = occurrences.get(text, -1) + 1
+            cid = chunk_id(doc.doc_key, text, occurrence)
+            chunks.append(PlannedChunk(cid, chunk.index, chunk.heading, chunk.text, chunk.language))
+            if cid not in existing:
+                texts[cid] = text
+        dropped = tuple(sorted(existing - {c.chunk_id for c in chunks}))
+        return _Plan(doc, tuple(chunks), texts, dropped)
+
     def _repair(self) -> int:
         """Undo the vector changes of documents a killed run left pending."""
         pending = self._catalog.pending()
         if not pending:
             return 0
-        visible = self._catalog.hashes()
-        for doc_key in pending:
-            keep = visible.get(doc_key)
-            if keep is None:
-                self._store.delete_document(doc_key)
-            else:
-                self._store.delete_document(doc_key, keep_hash=keep)
+        for doc_key, (_, touched) in pending.items():
+            visible = set(self._catalog.chunk_ids(doc_key))
+            self._store.delete_chunks([cid for cid in touched if cid not in visible])
         self._catalog.clear_pending(pending)
         logger.warning("repaired %d document(s) left pending by an interrupted ingest", len(pending))
         return len(pending)
 
-    def _write(self, docs: list[Document], visible: dict[str, str], report: IngestReport) -> None:
-        for doc in docs:
-            self._catalog.mark_pending(doc.doc_key, doc.content_hash)
-        texts = [text for doc in docs for text in doc.embedding_texts()]
-        vectors = self._embedder.embed_passages(texts)
-        rows: list[ChunkRow] = []
-        position = 0
-        for doc in docs:
-            for chunk in doc.chunks:
-                rows.append(
-                    ChunkRow(
-                        doc.doc_key,
-                        doc.content_hash,
-                        chunk.index,
-                        doc.domain,
-                        chunk.language,
-                        vectors[position],
-                    )
-                )
-                position += 1
-        self._store.upsert(rows)
-        for doc in docs:
-            self._catalog.commit_document(doc)
-            if doc.doc_key in visible:
-                # Only an update has older chunks to drop. A new document's only chunks are the ones
-                # just written (a killed run's leftovers were removed by _repair), and a delete by
-                # filter costs a scan of the collection: on Milvus Lite ~340 ms per document at 10k
-                # unflushed chunks, which made a bulk ingest quadratic.
-                self._store.delete_document(doc.doc_key, keep_hash=doc.content_hash)
+    def _write(self, plans: list[_Plan], visible: dict[str, str], report: IngestReport) -> None:
+        for plan in plans:
+            touched = [*plan.texts, *plan.dropped]
+            self._catalog.mark_pending(plan.doc.doc_key, plan.doc.content_hash, touched)
+        new = [(cid, text, plan) for plan in plans for cid, text in plan.texts.items()]
+        vectors = self._embedder.embed_passages([text for _, text, _ in new]) if new else []
+        languages = {c.chunk_id: c.language for plan in plans for c in plan.chunks}
+        self._store.upsert(
+            [
+                ChunkRow(cid, plan.doc.doc_key, plan.doc.domain, languages[cid], vectors[i])
+                for i, (cid, _, plan) in enumerate(new)
+            ]
+        )
+        for plan in plans:
+            doc = plan.doc
+            self._catalog.commit_document(doc, plan.chunks)
+            self._store.delete_chunks(plan.dropped)
             (report.updated if doc.doc_key in visible else report.added).append(doc.doc_key)
-            report.chunks += len(doc.chunks)
-        self._catalog.clear_pending(d.doc_key for d in docs)
+            report.chunks += len(plan.chunks)
+            report.embedded += len(plan.texts)
+        self._catalog.clear_pending(p.doc.doc_key for p in plans)
 
     def _delete(self, doc_key: str) -> None:
-        self._catalog.mark_pending(doc_key, None)
+        ids = self._catalog.chunk_ids(doc_key)
+        self._catalog.mark_pending(doc_key, None, ids)
         self._catalog.remove_document(doc_key)
-        self._store.delete_document(doc_key)
+        self._store.delete_chunks(ids)
         self._catalog.clear_pending([doc_key])
 
 
-def _batches(docs: list[Document], max_chunks: int) -> list[list[Document]]:
-    """Group documents so one embedding call sees about max_chunks passages."""
-    batches: list[list[Document]] = []
-    current: list[Document] = []
+def _batches(plans: list[_Plan], max_chunks: int) -> list[list[_Plan]]:
+    """Group documents so one embedding call sees about max_chunks new passages."""
+    batches: list[list[_Plan]] = []
+    current: list[_Plan] = []
     size = 0
-    for doc in docs:
-        if current and size + len(doc.chunks) > max_chunks:
+    for plan in plans:
+        if current and size + len(plan.texts) > max_chunks:
             batches.append(current)
             current, size = [], 0
-        current.append(doc)
-        size += len(doc.chunks)
+        current.append(plan)
+        size += len(plan.texts)
     if current:
         batches.append(current)
     return batches

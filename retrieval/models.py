@@ -15,12 +15,20 @@ class DocumentContent(BaseModel):
     doc_key: str = Field(description="Path of the document relative to the knowledge base root.")
     title: str
     domain: str
-    content: str
+    content: str = Field(description="The passages that matched, each headed by its 'Title › Section' path.")
+    sections: list[str] = Field(default_factory=list, description="The sections this content holds.")
+    section_count: int = Field(default=1, description="How many passages the whole document has.")
+    partial: bool = Field(
+        default=False,
+        description="True when the document has more than this content; read knowledge://doc/{doc_key} "
+        "or call read_knowledge_doc for the rest.",
+    )
 
 
 class AlreadyInContext(BaseModel):
     doc_key: str
     title: str
+    sections: list[str] = Field(default_factory=list, description="The sections of it this session holds.")
 
 
 class Budget(BaseModel):
@@ -68,3 +76,36 @@ class ResetResult(BaseModel):
     session_scope: SessionScope
     forgotten: bool = Field(description="Whether the session had memory to forget.")
     message: str
+
+
+class ReadResult(BaseModel):
+    """A whole document, or one named section of it, read on purpose."""
+
+    document: DocumentContent | None = Field(
+        description="The content; null when everything was already held."
+    )
+    already_in_context: list[AlreadyInContext] = Field(default_factory=list)
+    session_scope: SessionScope = "none"
+    message: str = ""
+
+
+class RetrievalDetails(BaseModel):
+    """What the invocation log keeps about one lookup (raw scores stay here, never in the result)."""
+
+    blocked: bool = Field(description="Refused by governance without running retrieval.")
+    relevance_level: RelevanceLevel
+    dedup_reason: DedupReason | None = None
+    completeness_hint: str = ""
+    embedder: str
+    l0_titles: list[str] = Field(default_factory=list)
+    l0_match_count: int = 0
+    l1_top_similarity: float | None = Field(
+        default=None, description="Best chunk similarity (offset applied)."
+    )
+    l1_scores: list[float] = Field(default_factory=list, description="Raw cosines of the dense hits.")
+    features: dict[str, float] = Field(default_factory=dict, description="What the tier models read.")
+    thresholds: dict[str, float] | None = Field(default=None, description="The tier models' thresholds.")
+    retrieved_domains: list[str] = Field(default_factory=list)
+    same_domain: bool = False
+    content_tokens: int = 0
+    passages: dict[str, list[str]] = Field(default_factory=dict, description="doc_key -> sections delivered.")

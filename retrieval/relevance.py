@@ -5,11 +5,13 @@ Raw scores never leave this layer except into the invocation log.
 
 from __future__ import annotations
 
-import re
+import math
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
+
+from storage.text import Language
 
 
 class Tier(StrEnum):
@@ -20,35 +22,58 @@ class Tier(StrEnum):
     NO_MATCH = "NO_MATCH"
 
 
-Language = Literal["en", "zh"]
+FEATURES = ("similarity", "margin", "gap", "coverage", "top_coverage", "agree", "l0")
 
 
-class Thresholds(BaseModel):
-    """Cosine-similarity cut-offs for one embedder."""
+class Logistic(BaseModel):
+    """A logistic model over named features, with the decision threshold on its probability."""
 
     model_config = {"frozen": True}
 
-    highly_relevant: float = Field(ge=0.0, le=1.0, description="similarity >= this: HIGHLY_RELEVANT")
-    reference: float = Field(ge=0.0, le=1.0, description="similarity >= this: REFERENCE; below: no match")
+    weights: dict[str, float] = Field(description=f"Weight per feature; features: {', '.join(FEATURES)}.")
+    bias: float = Field(description="Intercept.")
+    threshold: float = Field(ge=0.0, le=1.0, description="Probability at or above which the test passes.")
 
     @model_validator(mode="after")
-    def _ordered(self) -> Thresholds:
-        if self.reference > self.highly_relevant:
-            raise ValueError(
-                f"reference ({self.reference}) must not exceed highly_relevant ({self.highly_relevant})"
-            )
+    def _known_features(self) -> Logistic:
+        unknown = sorted(set(self.weights) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
         return self
 
+    def probability(self, features: Mapping[str, float]) -> float:
+        z = self.bias + sum(w * features.get(name, 0.0) for name, w in self.weights.items())
+        return 1.0 / (1.0 + math.exp(-max(min(z, 60.0), -60.0)))
 
-def cosine_to_similarity(cosine: float) -> float:
-    """Similarity in [0, 1] from the COSINE metric's score.
+    def passes(self, features: Mapping[str, float]) -> bool:
+        return self.probability(features) >= self.threshold
 
-    The predecessor computed ``1 - min(d, 2) / 2`` assuming Milvus returned an L2 distance
-    bounded by 2. Milvus actually returns the *squared* L2 distance, and on unit vectors
-    ``d_sq = 2 - 2*cos``, so that formula equals ``max(cos, 0)``. We search with the COSINE
-    metric and clamp the same way, which keeps the predecessor's thresholds meaningful.
+
+class TierModel(BaseModel):
+    """How evidence becomes a tier, for one embedder; fitted by the calibrate command.
+
+    - ``on_topic``: does the knowledge base answer the query at all? Below its threshold the
+      result is NO_MATCH. The threshold is set so that answerable questions almost never fall
+      below it: a false NO_MATCH loses knowledge, a false REFERENCE costs one read.
+    - ``top_right``: is the top document the answer? At or above: HIGHLY_RELEVANT, else REFERENCE.
     """
-    return min(max(cosine, 0.0), 1.0)
+
+    model_config = {"frozen": True}
+
+    on_topic: Logistic
+    top_right: Logistic
+    cross_language_offset: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=0.2,
+        description="Added to the similarity of a chunk written in the other language than the query.",
+    )
+    lexical_weight: float = Field(
+        default=0.15,
+        ge=0.0,
+        le=2.0,
+        description="Weight of the lexical coverage added to the dense similarity in the fused ranking.",
+    )
 
 
 COMPLETENESS_HINTS: dict[Tier, dict[Language, str]] = {
@@ -74,45 +99,23 @@ COMPLETENESS_HINTS: dict[Tier, dict[Language, str]] = {
     },
 }
 
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-
-
-def detect_language(text: str) -> Language:
-    """zh when the text contains CJK ideographs, else en."""
-    return "zh" if _CJK.search(text) else "en"
-
 
 def completeness_hint(tier: Tier, language: Language) -> str:
     """The fallback signal that tells the model whether to stop."""
     return COMPLETENESS_HINTS[tier][language]
 
 
-def grade(
-    *,
-    l0_match_count: int,
-    best_l0_similarity: float | None,
-    top_similarity: float | None,
-    thresholds: Thresholds,
-) -> Tier:
-    """Grade the evidence of one lookup (before dedup) into a tier.
+def grade(features: Mapping[str, float], model: TierModel, *, precise: bool) -> Tier:
+    """Grade one lookup's evidence (before dedup) into a tier.
 
-    - PRECISE: exactly one document matched a keyword, title or identifier.
-    - HIGHLY_RELEVANT: an L0 hit, or L1 alone, whose similarity reaches ``highly_relevant``.
-    - REFERENCE: similarity reaches ``reference`` (several L0 hits count as at least a reference).
-    - NO_MATCH: nothing else; no junk is returned.
+    - PRECISE: the query names something that identifies one document (decided by the caller:
+      a code only it contains, its exact title, or a keyword no other document contains).
+    - NO_MATCH: the on-topic model is confident that nothing answers; no junk is returned.
+    - HIGHLY_RELEVANT: the top-document model is confident the first document answers.
+    - REFERENCE: everything else, including whatever the models cannot decide.
     """
-    if l0_match_count == 1:
+    if precise:
         return Tier.PRECISE
-    if (
-        l0_match_count > 1
-        and best_l0_similarity is not None
-        and best_l0_similarity >= thresholds.highly_relevant
-    ):
-        return Tier.HIGHLY_RELEVANT
-    if top_similarity is not None and top_similarity >= thresholds.highly_relevant:
-        return Tier.HIGHLY_RELEVANT
-    if l0_match_count > 1:
-        return Tier.REFERENCE
-    if top_similarity is not None and top_similarity >= thresholds.reference:
-        return Tier.REFERENCE
-    return Tier.NO_MATCH
+    if not model.on_topic.passes(features):
+        return Tier.NO_MATCH
+    return Tier.HIGHLY_RELEVANT if model.top_right.passes(features) else Tier.REFERENCE

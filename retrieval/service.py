@@ -1,50 +1,48 @@
-"""The lookup service: retrieval + grading + action memory + governance -> one LookupResult.
+"""The lookup service: evidence -> grade -> plan -> account -> result, one session at a time.
 
 Plain Python (no MCP): the MCP tool, the CLI and the replay evaluation all call ``lookup``.
+The lookups of one session run one after another (a per-session lock), so parallel calls see
+the same memory, dedup and budget as if they had been made in sequence; other sessions stay
+concurrent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
-from retrieval.engine import Evidence, KnowledgeEngine, KnowledgeView
-from retrieval.governance import (
-    Decision,
-    GovernanceConfig,
-    GuidanceKey,
-    NextCall,
-    Usage,
-    decide,
-    guidance_text,
-    water_level,
-)
+from retrieval.answer import Graded, Plan, grade_evidence, plan_answer, render_result
+from retrieval.engine import KnowledgeEngine, KnowledgeView
+from retrieval.governance import GovernanceConfig, NextCall, Usage, WaterLevel, decide, water_level
 from retrieval.models import (
     AlreadyInContext,
-    Budget,
-    DedupReason,
     DocumentContent,
     LookupResult,
+    ReadResult,
+    RetrievalDetails,
     SessionScope,
 )
-from retrieval.relevance import Language, Thresholds, Tier, completeness_hint, detect_language, grade
-from retrieval.tracker import ActionMemory, MemorySnapshot
-
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+from retrieval.passages import Passage, section, whole_document
+from retrieval.relevance import Language, TierModel
+from retrieval.tracker import ActionMemory, Delivery, MemorySnapshot
+from storage.text import CJK, detect_language
 
 
 def estimate_tokens(text: str) -> int:
     """Rough LLM token count: one per CJK character, one per four other characters."""
-    cjk = len(_CJK.findall(text))
+    cjk = len(CJK.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 
 
 class UnknownDomainError(ValueError):
     """The domain argument names no domain of the knowledge base."""
+
+
+class UnknownDocumentError(ValueError):
+    """The doc_key or section names nothing in the knowledge base."""
 
 
 @dataclass(frozen=True)
@@ -54,34 +52,32 @@ class LookupRequest:
     top_k: int = 3
     missing_dimension: str | None = None
 
+    @property
+    def targeted(self) -> bool:
+        return bool((self.missing_dimension or "").strip())
+
 
 @dataclass(frozen=True)
 class Policy:
     """The hot-reloadable part of the configuration, read fresh for every call."""
 
-    thresholds: Thresholds
+    tier_model: TierModel
     governance: GovernanceConfig
     hint_language: str = "auto"
     primary_max_chars: int = 4000
     supplement_max_chars: int = 1200
-    cross_language_offset: float = 0.0
+    content: Literal["passage", "document"] = "passage"
 
 
 @dataclass
 class LookupOutcome:
-    """The result for the caller and the raw details for the invocation log."""
+    """The result for the caller and the details for the invocation log."""
 
     result: LookupResult
-    details: dict[str, Any]
+    details: RetrievalDetails
     result_doc_keys: list[str]
-    ran_retrieval: bool
     call_index: int
     latency_ms: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 class LookupService:
@@ -97,285 +93,239 @@ class LookupService:
     ) -> LookupOutcome:
         """Answer one call; session_key None means memory is off (no session could be identified)."""
         started = time.perf_counter()
+        if session_key is None:
+            outcome = await self._lookup(request, None, scope)
+        else:
+            async with self.memory.session_lock(session_key):
+                outcome = await self._lookup(request, session_key, scope)
+        outcome.latency_ms = (time.perf_counter() - started) * 1000
+        return outcome
+
+    async def _lookup(
+        self, request: LookupRequest, session_key: str | None, scope: SessionScope
+    ) -> LookupOutcome:
         policy = self._policy()
-        language = self._language(policy, request.query)
         view = self.engine.view()
         if request.domain is not None and request.domain not in view.domains:
             known = ", ".join(view.domains) or "(none: the knowledge base is empty)"
             raise UnknownDomainError(f"unknown domain {request.domain!r}; known domains: {known}")
         snapshot = self.memory.snapshot(session_key) if session_key else None
         governed = policy.governance.enabled and snapshot is not None
-
-        refusal = self._refusal(snapshot, request) if governed else None
-        if refusal is not None and snapshot is not None and session_key is not None:
-            outcome = self._refused(refusal, session_key, scope, policy, language, snapshot)
-        else:
-            offset = policy.cross_language_offset
-            evidence = self.engine.cached_evidence(request.query, request.domain, request.top_k, offset)
-            if evidence is None:
-                evidence = await asyncio.to_thread(
-                    self.engine.retrieve, request.query, request.domain, request.top_k, offset
-                )
-            outcome = self._answer(evidence, view, request, session_key, scope, policy, language, snapshot)
-        outcome.latency_ms = (time.perf_counter() - started) * 1000
-        return outcome
-
-    # -- refusals (no retrieval at all) ------------------------------------------------
-    @staticmethod
-    def _refusal(snapshot: MemorySnapshot | None, request: LookupRequest) -> DedupReason | None:
-        if snapshot is None:
-            return None
-        if snapshot.next_call == NextCall.STOP:
-            # The circuit opened on an earlier call; only reset_session or the TTL close it again.
-            return "circuit_open"
-        if snapshot.next_call == NextCall.TARGETED_ONLY and not (request.missing_dimension or "").strip():
-            return "missing_dimension_required"
-        return None
-
-    def _refused(
-        self,
-        reason: DedupReason,
-        session_key: str,
-        scope: SessionScope,
-        policy: Policy,
-        language: Language,
-        snapshot: MemorySnapshot,
-    ) -> LookupOutcome:
-        config = policy.governance
-        usage = Usage(snapshot.calls + 1, snapshot.tokens, len(snapshot.retrieved_domains))
-        level = water_level(config, usage)
-        key: GuidanceKey
-        if reason == "circuit_open":
-            next_call, key = NextCall.STOP, "circuit_open"
-        else:
-            # Still only targeted lookups, unless this refusal pushed the water level to STOP.
-            decision = decide(config, Tier.REFERENCE, usage)
-            next_call = decision.next_call
-            key = "missing_dimension_required" if next_call is not NextCall.STOP else "stop_budget"
-        after = self.memory.record_call(
-            session_key, returned=(), ran_retrieval=False, tokens=0, next_call=next_call
+        evidence = self.engine.cached_evidence(request.query, request.domain)
+        if governed and snapshot is not None and snapshot.closed:
+            # HIGH water closed the session: no retrieval; name what it holds if the query is known.
+            graded = grade_evidence(evidence, view, policy.tier_model) if evidence else None
+            plan = Plan.closed(graded, snapshot, request.top_k)
+            return self._finish(
+                plan, graded, view, request, session_key, scope, policy, snapshot, retrieved=False
+            )
+        if evidence is None:
+            evidence = await asyncio.to_thread(self.engine.retrieve, request.query, request.domain)
+        graded = grade_evidence(evidence, view, policy.tier_model)
+        plan = plan_answer(
+            graded,
+            request,
+            snapshot,
+            view,
+            self.engine.chunks_of,
+            policy,
+            governed=governed,
         )
-        guidance = guidance_text(config, key, language, usage)
-        result = LookupResult(
-            found=False,
-            relevance_level=Tier.DEDUPED.value,
-            completeness_hint=completeness_hint(Tier.DEDUPED, language),
-            retrieved_domains_this_session=list(after.retrieved_domains),
-            dedup_reason=reason,
-            session_scope=scope,
-            message=guidance,
-            budget=Budget(
-                calls_used=usage.calls, water_level=level.value, next_call=next_call.value, guidance=guidance
-            ),
-        )
-        details = {
-            "blocked": True,
-            "relevance_level": Tier.DEDUPED.value,
-            "dedup_reason": reason,
-            "retrieved_domains": list(after.retrieved_domains),
-            "embedder": self.engine.embedder_name,
-            "thresholds": policy.thresholds.model_dump(),
-        }
-        return LookupOutcome(result, details, [], ran_retrieval=False, call_index=usage.calls)
+        return self._finish(plan, graded, view, request, session_key, scope, policy, snapshot, retrieved=True)
 
-    # -- a real answer ---------------------------------------------------------------
-    def _answer(
+    def _finish(
         self,
-        evidence: Evidence,
+        plan: Plan,
+        graded: Graded | None,
         view: KnowledgeView,
         request: LookupRequest,
         session_key: str | None,
         scope: SessionScope,
         policy: Policy,
-        language: Language,
         snapshot: MemorySnapshot | None,
+        *,
+        retrieved: bool,
     ) -> LookupOutcome:
-        thresholds = policy.thresholds
-        retrieved = snapshot.retrieved_doc_keys if snapshot else frozenset()
-        l0 = [k for k in evidence.l0_doc_keys if k in view.entries]
-        # Candidates: every L0 match, then L1 documents at or above the reference threshold.
-        candidates = list(l0) + [
-            k for k, sim in evidence.similarities if sim >= thresholds.reference and k not in l0
-        ]
-        fresh = [k for k in candidates if k not in retrieved]
-        seen = [k for k in candidates if k in retrieved]
-        dedup_reason: DedupReason | None = None
-        chosen: list[str]
-
-        if len(l0) == 1 and l0[0] in retrieved:
-            # The one exact match is already in context: nothing more precise exists.
-            tier, chosen = Tier.DEDUPED, []
-            dedup_reason = "doc_retrieved"
-        elif not candidates:
-            tier, chosen = Tier.NO_MATCH, []
-        elif not fresh:
-            tier, chosen = Tier.DEDUPED, []
-            dedup_reason = "doc_retrieved"
-        else:
-            chosen = self._rank(fresh, l0, evidence)[: request.top_k]
-            l0_fresh_sims = [s for k in l0 if k in fresh and (s := evidence.similarity(k)) is not None]
-            tier = grade(
-                l0_match_count=len(l0),
-                best_l0_similarity=max(l0_fresh_sims, default=None),
-                top_similarity=max(
-                    (s for k in fresh if (s := evidence.similarity(k)) is not None), default=None
-                ),
-                thresholds=thresholds,
-            )
-            if tier is Tier.NO_MATCH:
-                chosen = []
-
+        """Account the call in the session's memory and build the result."""
+        language = self._language(policy, request.query)
+        documents = plan.documents(view, policy)
+        tokens = sum(estimate_tokens(d.content) for d in documents)
         config = policy.governance
         governed = config.enabled and snapshot is not None
-        same_domain = (
-            governed
-            and bool(chosen)
-            and snapshot is not None
-            and view.entries[chosen[0]].domain in snapshot.retrieved_domains
-        )
-        if same_domain and config.domain_policy == "hard" and not (request.missing_dimension or "").strip():
-            # Scheme B: the best hit lands in a domain this session already covered.
-            tier, chosen, dedup_reason = Tier.DEDUPED, [], "domain_retrieved"
-
-        documents = [self._content(view, key, i == 0, policy) for i, key in enumerate(chosen)]
-        tokens = sum(estimate_tokens(d.content) for d in documents)
-        already = [AlreadyInContext(doc_key=k, title=view.entries[k].title) for k in seen]
-
-        decision: Decision | None = None
         if snapshot is not None and session_key is not None:
-            domains_after = set(snapshot.retrieved_domains) | {d.domain for d in documents}
-            usage = Usage(snapshot.calls + 1, snapshot.tokens + tokens, len(domains_after))
-            # A domain_retrieved refusal leaves the targeted channel open (its guidance says so):
-            # it is decided like a REFERENCE result, so only a call with missing_dimension follows.
-            deciding_tier = Tier.REFERENCE if dedup_reason == "domain_retrieved" else tier
-            decision = decide(config, deciding_tier, usage) if config.enabled else None
+            domains = {d.domain for d in snapshot.documents.values()} | {d.domain for d in documents}
+            usage = Usage(snapshot.calls + 1, snapshot.tokens + tokens, len(domains))
+            decision = decide(config, plan.deciding_tier, usage) if governed else None
+            if plan.dedup_reason == "circuit_open":
+                # Already closed: the call is counted, the circuit stays as it is.
+                decision = None
+            next_call = NextCall.STOP if plan.dedup_reason == "circuit_open" else None
+            next_call = decision.next_call if decision else next_call
+            closes = (
+                decision is not None
+                and next_call is NextCall.STOP
+                and decision.water_level is WaterLevel.HIGH
+            )
             after = self.memory.record_call(
                 session_key,
-                returned=[(d.domain, d.doc_key, d.title) for d in documents],
-                ran_retrieval=True,
+                delivered=[_delivery(view, p) for p in plan.deliver],
+                ran_retrieval=retrieved,
                 tokens=tokens,
-                next_call=decision.next_call.value if decision else None,
+                next_call=next_call.value if next_call else None,
+                closes=closes,
             )
-            retrieved_domains = list(after.retrieved_domains)
-            call_index = usage.calls
+            domains_after = list(after.retrieved_domains)
+            level = water_level(config, usage)
         else:
             usage = Usage(1, tokens, len({d.domain for d in documents}))
-            retrieved_domains = sorted({d.domain for d in documents})
-            call_index = 1
-        budget = self._budget(config, decision, usage, language, dedup_reason, memory=snapshot is not None)
-        hint = completeness_hint(tier, language)
-        result = LookupResult(
-            found=bool(documents),
-            relevance_level=tier.value,
-            completeness_hint=hint,
-            primary=documents[0] if documents else None,
-            supplement=documents[1:],
-            retrieved_domains_this_session=retrieved_domains,
-            dedup_reason=dedup_reason,
-            already_in_context=already,
-            session_scope=scope,
-            message=self._message(
-                tier, documents, already, dedup_reason, budget, session_key is None, same_domain=same_domain
-            ),
-            budget=budget,
-        )
-        top = evidence.similarities[0][1] if evidence.similarities else None
-        details = {
-            "l0_titles": [view.entries[k].title for k in l0],
-            "l0_match_count": len(l0),
-            "l1_scores": [round(s, 6) for s in evidence.l1_scores],
-            "l1_top_score": round(max(evidence.l1_scores), 6) if evidence.l1_scores else None,
-            "l1_top_similarity": round(top, 4) if top is not None else None,
-            "relevance_level": tier.value,
-            "completeness_hint": hint,
-            "retrieved_domains": retrieved_domains,
-            "dedup_reason": dedup_reason,
-            # domain_policy soft: a lookup landing in an already-retrieved domain is only reported.
-            "same_domain": same_domain,
-            "embedder": self.engine.embedder_name,
-            "thresholds": thresholds.model_dump(),
-            "content_tokens": tokens,
-        }
-        return LookupOutcome(
-            result, details, [d.doc_key for d in documents], ran_retrieval=True, call_index=call_index
-        )
-
-    @staticmethod
-    def _rank(fresh: list[str], l0: list[str], evidence: Evidence) -> list[str]:
-        """Exact (L0) matches first, then by similarity."""
-        sims = dict(evidence.similarities)
-        return sorted(fresh, key=lambda k: (k not in l0, -sims.get(k, 0.0), k))
-
-    @staticmethod
-    def _content(view: KnowledgeView, key: str, primary: bool, policy: Policy) -> DocumentContent:
-        entry = view.entries[key]
-        limit = policy.primary_max_chars if primary else policy.supplement_max_chars
-        return DocumentContent(
-            doc_key=key, title=entry.title, domain=entry.domain, content=_truncate(entry.body, limit)
-        )
-
-    @staticmethod
-    def _budget(
-        config: GovernanceConfig,
-        decision: Decision | None,
-        usage: Usage,
-        language: Language,
-        dedup_reason: DedupReason | None,
-        *,
-        memory: bool,
-    ) -> Budget:
-        if decision is None:
-            text = (
-                "governance is off: lookups are not limited"
-                if memory
-                else "no session memory: dedup and budget are off for this call"
+            decision, next_call, domains_after, level = (
+                None,
+                None,
+                sorted({d.domain for d in documents}),
+                None,
             )
-            return Budget(calls_used=usage.calls, water_level=None, next_call=None, guidance=text)
-        key: GuidanceKey = decision.guidance_key
-        if dedup_reason == "domain_retrieved" and decision.next_call is not NextCall.STOP:
-            key = "domain_retrieved"
-        return Budget(
-            calls_used=usage.calls,
-            water_level=decision.water_level.value,
-            next_call=decision.next_call.value,
-            guidance=guidance_text(config, key, language, usage),
+        result = render_result(
+            plan,
+            documents,
+            view,
+            snapshot,
+            scope=scope,
+            language=language,
+            config=config,
+            usage=usage,
+            decision=decision,
+            next_call=next_call,
+            level=level if governed else None,
+            domains=domains_after,
+            memory=session_key is not None,
+            governed=governed,
         )
+        details = _details(
+            plan, graded, result, self.engine.embedder_name, policy, tokens, blocked=not retrieved
+        )
+        return LookupOutcome(result, details, [d.doc_key for d in documents], call_index=usage.calls)
 
-    @staticmethod
-    def _message(
-        tier: Tier,
-        documents: list[DocumentContent],
-        already: list[AlreadyInContext],
-        dedup_reason: DedupReason | None,
-        budget: Budget,
-        memory_off: bool,
+    async def read(
+        self,
+        doc_key: str,
+        section_name: str | None,
         *,
-        same_domain: bool = False,
-    ) -> str:
-        parts: list[str] = []
-        if documents:
-            parts.append(f"{len(documents)} new document(s), tier {tier.value}.")
-            if same_domain:
-                parts.append(f"The best match is in domain {documents[0].domain!r}, already retrieved.")
-        elif dedup_reason == "doc_retrieved":
-            parts.append("Every matching document was already returned to this session: use what you have.")
-        elif dedup_reason == "domain_retrieved":
-            parts.append("The best match is in a domain this session already retrieved.")
-        else:
-            parts.append("Nothing in the knowledge base matches.")
-        if already:
-            parts.append(f"{len(already)} matching document(s) already in your context.")
-        if memory_off:
-            parts.append("No session could be identified, so documents may repeat.")
-        parts.append(budget.guidance)
-        return " ".join(parts)
+        session_key: str | None,
+        scope: SessionScope,
+        limit: int,
+    ) -> ReadOutcome:
+        """A whole document or one named section, on purpose; what the session holds is not sent again."""
+        view = self.engine.view()
+        entry = view.entries.get(doc_key)
+        if entry is None:
+            raise UnknownDocumentError(f"unknown document {doc_key!r}; knowledge://map lists the domains")
+        chunks = await asyncio.to_thread(self.engine.chunks_of, doc_key)
+        if section_name is not None:
+            found = section(doc_key, chunks, section_name)
+            if found is None:
+                names = ", ".join(dict.fromkeys(c.heading for c in chunks if c.heading))
+                raise UnknownDocumentError(f"{doc_key!r} has no section {section_name!r}; sections: {names}")
+            chunks = list(found.chunks)
+        if session_key is None:
+            return _read_outcome(view, whole_document(doc_key, chunks), None, scope, limit)
+        async with self.memory.session_lock(session_key):
+            snapshot = self.memory.snapshot(session_key)
+            held = snapshot.documents.get(doc_key)
+            passage = whole_document(doc_key, chunks, skip=held.chunks if held else ())
+            outcome = _read_outcome(view, passage, snapshot, scope, limit)
+            if outcome.result.document is not None:
+                delivered = _delivery(view, passage)
+                tokens = estimate_tokens(outcome.result.document.content)
+                after = self.memory.record_call(
+                    session_key,
+                    delivered=[delivered],
+                    ran_retrieval=False,
+                    tokens=tokens,
+                    next_call=snapshot.next_call,
+                )
+                outcome.call_index = after.calls
+        return outcome
 
     @staticmethod
     def _language(policy: Policy, query: str) -> Language:
-        if policy.hint_language in ("en", "zh"):
-            return policy.hint_language  # type: ignore[return-value]
+        if policy.hint_language == "en":
+            return "en"
+        if policy.hint_language == "zh":
+            return "zh"
         return detect_language(query)
 
-    def reset(self, session_key: str | None) -> bool:
-        """Forget a session (reset_session); reopens its circuit."""
-        return self.memory.clear(session_key) if session_key else False
+
+@dataclass
+class ReadOutcome:
+    result: ReadResult
+    result_doc_keys: list[str]
+    call_index: int | None = None
+
+
+def _read_outcome(
+    view: KnowledgeView, passage: Passage, snapshot: MemorySnapshot | None, scope: SessionScope, limit: int
+) -> ReadOutcome:
+    entry = view.entries[passage.doc_key]
+    held = snapshot.documents.get(passage.doc_key) if snapshot else None
+    already = (
+        [AlreadyInContext(doc_key=passage.doc_key, title=entry.title, sections=list(held.headings))]
+        if held
+        else []
+    )
+    if not passage.chunks:
+        message = "You already hold all of it: answer from what you have (reset_session forgets it)."
+        return ReadOutcome(
+            ReadResult(document=None, already_in_context=already, session_scope=scope, message=message), []
+        )
+    content = passage.text(entry.title, limit)
+    document = DocumentContent(
+        doc_key=passage.doc_key,
+        title=entry.title,
+        domain=entry.domain,
+        content=content,
+        sections=list(passage.headings),
+        section_count=passage.total,
+        partial=passage.partial or len(content) < sum(len(c.text) for c in passage.chunks),
+    )
+    message = f"{len(passage.chunks)} of {passage.total} passage(s)" + (
+        "; held passages are left out" if held else ""
+    )
+    return ReadOutcome(
+        ReadResult(document=document, already_in_context=already, session_scope=scope, message=message),
+        [passage.doc_key],
+    )
+
+
+def _delivery(view: KnowledgeView, passage: Passage) -> Delivery:
+    entry = view.entries[passage.doc_key]
+    return Delivery(passage.doc_key, entry.domain, entry.title, passage.chunk_ids, passage.headings)
+
+
+def _details(
+    plan: Plan,
+    graded: Graded | None,
+    result: LookupResult,
+    embedder: str,
+    policy: Policy,
+    tokens: int,
+    *,
+    blocked: bool,
+) -> RetrievalDetails:
+    model = policy.tier_model
+    return RetrievalDetails(
+        blocked=blocked,
+        relevance_level=result.relevance_level,
+        dedup_reason=result.dedup_reason,
+        completeness_hint=result.completeness_hint,
+        embedder=embedder,
+        l0_titles=graded.l0_titles if graded else [],
+        l0_match_count=len(graded.l0_docs) if graded else 0,
+        l1_top_similarity=round(graded.features["similarity"], 4) if graded else None,
+        l1_scores=[round(s, 6) for s in graded.cosines] if graded else [],
+        features={k: round(v, 4) for k, v in graded.features.items()} if graded else {},
+        thresholds={"on_topic": model.on_topic.threshold, "top_right": model.top_right.threshold},
+        retrieved_domains=result.retrieved_domains_this_session,
+        same_domain=plan.same_domain,
+        content_tokens=tokens,
+        passages={p.doc_key: list(p.headings) for p in plan.deliver},
+    )

@@ -1,58 +1,131 @@
-"""Action memory: what each session has already been given (session -> domain -> doc_keys).
+"""Action memory: what each session has already been given (session -> domain -> document -> passages).
 
-Bounded by an idle TTL and a maximum session count with LRU eviction. The clock is
-injectable so tests never sleep. A lock makes every operation atomic, because the
-HTTP transports run requests of many sessions concurrently.
+Memory is kept per passage (chunk id): another section of a document already delivered is new
+content, and since chunk ids are content-addressed, an edited passage is new content too.
+
+Bounded by an idle TTL and a maximum session count with LRU eviction. The clock is injectable
+so tests never sleep. A lock makes every operation atomic; ordering whole lookups of one
+session is the lookup service's job (``ActionMemory.session_lock``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 Clock = Callable[[], float]
+
+
+@dataclass
+class HeldDocument:
+    """What a session holds of one document."""
+
+    domain: str
+    title: str
+    chunks: set[str] = field(default_factory=set)
+    headings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Passages of one document handed to a session by one call."""
+
+    doc_key: str
+    domain: str
+    title: str
+    chunk_ids: tuple[str, ...]
+    headings: tuple[str, ...]
 
 
 @dataclass
 class SessionMemory:
     """Everything remembered about one session."""
 
-    domains: dict[str, set[str]] = field(default_factory=dict)
-    titles: dict[str, str] = field(default_factory=dict)
+    documents: dict[str, HeldDocument] = field(default_factory=dict)
     calls: int = 0
     retrievals: int = 0
     tokens: int = 0
-    # The governance decision of the last lookup; "STOP" keeps the circuit open.
+    # The governance decision of the last lookup (ALLOW, TARGETED_ONLY, STOP).
     next_call: str | None = None
+    # True once the water level reached HIGH with a STOP: every later lookup is refused.
+    closed: bool = False
     last_seen: float = 0.0
 
-    def doc_keys(self) -> set[str]:
-        return {key for keys in self.domains.values() for key in keys}
+    def to_state(self) -> str:
+        """JSON for persistence (last_seen is stored apart, as wall-clock time)."""
+        return json.dumps(
+            {
+                "documents": {
+                    key: {
+                        "domain": d.domain,
+                        "title": d.title,
+                        "chunks": sorted(d.chunks),
+                        "headings": d.headings,
+                    }
+                    for key, d in self.documents.items()
+                },
+                "calls": self.calls,
+                "retrievals": self.retrievals,
+                "tokens": self.tokens,
+                "next_call": self.next_call,
+                "closed": self.closed,
+            },
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_state(cls, state: str) -> SessionMemory:
+        """Inverse of to_state; raises ValueError, KeyError or TypeError on a damaged state."""
+        data = json.loads(state)
+        documents = {
+            key: HeldDocument(str(d["domain"]), str(d["title"]), set(d["chunks"]), list(d["headings"]))
+            for key, d in data["documents"].items()
+        }
+        return cls(
+            documents=documents,
+            calls=int(data["calls"]),
+            retrievals=int(data["retrievals"]),
+            tokens=int(data["tokens"]),
+            next_call=data["next_call"],
+            closed=bool(data.get("closed", False)),
+        )
 
 
-class MemoryPersistence(Protocol):
-    """Where memory survives restarts (the SQLite log implements it)."""
-
-    def save(self, session_key: str, memory: SessionMemory) -> None: ...
-
-    def delete(self, session_key: str) -> None: ...
+@dataclass(frozen=True)
+class HeldView:
+    doc_key: str
+    domain: str
+    title: str
+    chunks: frozenset[str]
+    headings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class MemorySnapshot:
     """An immutable view handed to the lookup path."""
 
-    retrieved_doc_keys: frozenset[str]
-    retrieved_domains: tuple[str, ...]
-    titles: dict[str, str]
+    documents: dict[str, HeldView]
     calls: int
     retrievals: int
     tokens: int
     next_call: str | None
+    closed: bool
+
+    @property
+    def retrieved_domains(self) -> tuple[str, ...]:
+        return tuple(sorted({d.domain for d in self.documents.values()}))
+
+    def holds_chunk(self, doc_key: str, chunk_id: str) -> bool:
+        held = self.documents.get(doc_key)
+        return held is not None and chunk_id in held.chunks
+
+
+EMPTY = MemorySnapshot({}, 0, 0, 0, None, False)
 
 
 class ActionMemory:
@@ -75,14 +148,28 @@ class ActionMemory:
         self._clock = clock
         self._sessions: OrderedDict[str, SessionMemory] = OrderedDict()
         self._lock = threading.RLock()
+        # One asyncio lock per session key: a lookup reads memory, awaits retrieval and then
+        # records, so two concurrent lookups of one session must run one after the other.
+        self._session_locks: dict[str, asyncio.Lock] = {}
         # Called after every change with the new state (None: forgotten); used for persistence.
         self._on_change = on_change
+
+    def session_lock(self, session_key: str) -> asyncio.Lock:
+        """The lock that orders the lookups of one session; other sessions stay concurrent."""
+        with self._lock:
+            lock = self._session_locks.get(session_key)
+            if lock is None:
+                if len(self._session_locks) > 4 * self.max_sessions:
+                    # Drop locks nobody holds or waits for, so the table stays bounded.
+                    self._session_locks = {k: v for k, v in self._session_locks.items() if v.locked()}
+                lock = self._session_locks[session_key] = asyncio.Lock()
+            return lock
 
     # -- internal --------------------------------------------------------------------
     def _get(self, session_key: str) -> SessionMemory | None:
         memory = self._sessions.get(session_key)
         if memory is not None and self._clock() - memory.last_seen > self.ttl_seconds:
-            # Idle past the TTL: the session starts fresh (this also reopens a STOP circuit).
+            # Idle past the TTL: the session starts fresh (this also reopens a closed session).
             del self._sessions[session_key]
             self._notify(session_key, None)
             return None
@@ -107,30 +194,7 @@ class ActionMemory:
         if self._on_change is not None:
             self._on_change(session_key, memory)
 
-    # -- the tracker API of the reference design --------------------------------------
-    def mark_retrieved(self, session_key: str, domain: str, doc_key: str, title: str = "") -> None:
-        """Record that doc_key (in domain) was returned to the session."""
-        with self._lock:
-            memory = self._touch(session_key)
-            memory.domains.setdefault(domain, set()).add(doc_key)
-            memory.titles[doc_key] = title or doc_key
-            self._notify(session_key, memory)
-
-    def is_doc_retrieved(self, session_key: str, doc_key: str) -> bool:
-        with self._lock:
-            memory = self._get(session_key)
-            return memory is not None and any(doc_key in keys for keys in memory.domains.values())
-
-    def is_domain_retrieved(self, session_key: str, domain: str) -> bool:
-        with self._lock:
-            memory = self._get(session_key)
-            return memory is not None and domain in memory.domains
-
-    def retrieved_domains(self, session_key: str) -> list[str]:
-        with self._lock:
-            memory = self._get(session_key)
-            return sorted(memory.domains) if memory else []
-
+    # -- the API -------------------------------------------------------------------------
     def clear(self, session_key: str) -> bool:
         """Forget the session; returns whether there was anything to forget."""
         with self._lock:
@@ -138,40 +202,48 @@ class ActionMemory:
             self._notify(session_key, None)
             return existed
 
-    # -- what the lookup path needs ----------------------------------------------------
     def snapshot(self, session_key: str) -> MemorySnapshot:
         """The session's state at the start of a call (TTL applied)."""
         with self._lock:
-            memory = self._get(session_key) or SessionMemory()
+            memory = self._get(session_key)
+            if memory is None:
+                return EMPTY
             return MemorySnapshot(
-                retrieved_doc_keys=frozenset(memory.doc_keys()),
-                retrieved_domains=tuple(sorted(memory.domains)),
-                titles=dict(memory.titles),
+                documents={
+                    key: HeldView(key, d.domain, d.title, frozenset(d.chunks), tuple(d.headings))
+                    for key, d in memory.documents.items()
+                },
                 calls=memory.calls,
                 retrievals=memory.retrievals,
                 tokens=memory.tokens,
                 next_call=memory.next_call,
+                closed=memory.closed,
             )
 
     def record_call(
         self,
         session_key: str,
         *,
-        returned: Iterable[tuple[str, str, str]],
+        delivered: Iterable[Delivery],
         ran_retrieval: bool,
         tokens: int,
         next_call: str | None,
+        closes: bool = False,
     ) -> MemorySnapshot:
-        """Count one lookup and remember the (domain, doc_key, title) triples it returned."""
+        """Count one call and remember the passages it delivered."""
         with self._lock:
             memory = self._touch(session_key)
-            for domain, doc_key, title in returned:
-                memory.domains.setdefault(domain, set()).add(doc_key)
-                memory.titles[doc_key] = title or doc_key
+            for delivery in delivered:
+                held = memory.documents.setdefault(
+                    delivery.doc_key, HeldDocument(delivery.domain, delivery.title)
+                )
+                held.chunks.update(delivery.chunk_ids)
+                held.headings.extend(h for h in delivery.headings if h not in held.headings)
             memory.calls += 1
             memory.retrievals += int(ran_retrieval)
             memory.tokens += tokens
             memory.next_call = next_call
+            memory.closed = memory.closed or closes
             self._notify(session_key, memory)
             return self.snapshot(session_key)
 

@@ -18,8 +18,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from retrieval.embedders import Embedder, EmbedderError
-from retrieval.models import DomainInfo, KnowledgeMap, LookupResult, ResetResult
-from retrieval.service import LookupOutcome, LookupRequest, UnknownDomainError
+from retrieval.models import DomainInfo, KnowledgeMap, LookupResult, ReadResult, ResetResult
+from retrieval.service import (
+    LookupOutcome,
+    LookupRequest,
+    ReadOutcome,
+    UnknownDocumentError,
+    UnknownDomainError,
+)
 from retrieval.tracker import Clock
 from server import prompts
 from server.config_watch import SettingsHolder
@@ -99,6 +105,22 @@ MissingDimension = Annotated[
     AfterValidator(_optional_text("missing_dimension")),
     BeforeValidator(_no_lone_surrogate("missing_dimension")),
 ]
+DocKey = Annotated[
+    str,
+    Field(min_length=1, max_length=2048, description="doc_key of a document, as a lookup result gives it."),
+    AfterValidator(_optional_text("doc_key")),
+    BeforeValidator(_no_lone_surrogate("doc_key")),
+]
+SectionName = Annotated[
+    str | None,
+    Field(
+        default=None,
+        max_length=500,
+        description="A section heading (or part of it) from the result's sections; omit for the whole document.",
+    ),
+    AfterValidator(_optional_text("section")),
+    BeforeValidator(_no_lone_surrogate("section")),
+]
 PromptLanguage = Literal["en", "zh"]
 
 
@@ -135,6 +157,7 @@ class _Call:
     def __init__(self) -> None:
         self.identity = SessionIdentity(None, "none")
         self.outcome: LookupOutcome | None = None
+        self.read: ReadOutcome | None = None
         self.error: str | None = None
 
 
@@ -204,6 +227,40 @@ def create_server(
             structured_content=result.model_dump(mode="json"),
         )
 
+    async def read_document(ctx: Context, tool_name: str, doc_key: str, section: str | None) -> ReadResult:
+        arguments = {"query": doc_key, "missing_dimension": section}
+        async with logged_call(ctx, tool_name, arguments) as call:
+            service = await resources.lookup_service()
+            call.read = await service.read(
+                doc_key,
+                section,
+                session_key=call.identity.key,
+                scope=call.identity.scope,
+                limit=resources.settings.retrieval.read_max_chars,
+            )
+        return call.read.result
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False))
+    async def read_knowledge_doc(doc_key: DocKey, ctx: Context, section: SectionName = None) -> ReadResult:
+        """Read more of a document on purpose: the whole document, or one named section.
+
+        Call it only when a lookup_knowledge result has partial: true and the section you need is not in
+        it; pass a heading from the result's sections, or omit section for the whole document. What this
+        session already holds is left out. The same as reading the resource knowledge://doc/{doc_key}.
+        """
+        return await read_document(ctx, "read_knowledge_doc", doc_key, section)
+
+    @mcp.resource(
+        "knowledge://doc/{+doc_key}{?section}", name="knowledge-doc", mime_type="application/json"
+    )
+    async def doc_resource(doc_key: str, ctx: Context, section: str | None = None) -> str:
+        """A whole document, or one section of it (?section=...), counted in the session's memory."""
+        try:
+            result = await read_document(ctx, "knowledge://doc", doc_key, section or None)
+        except ToolError as exc:
+            raise ResourceError(str(exc)) from exc
+        return result.model_dump_json(indent=2)
+
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     async def reset_session(ctx: Context) -> ResetResult:
         """Forget what this session has retrieved and reopen lookup_knowledge.
@@ -240,7 +297,7 @@ def create_server(
         except ToolError as exc:
             call.error = str(exc)
             raise
-        except (UnknownDomainError, WarmupError, EmbedderError) as exc:
+        except (UnknownDomainError, UnknownDocumentError, WarmupError, EmbedderError) as exc:
             call.error = str(exc)
             raise ToolError(call.error) from exc
         except Exception as exc:
@@ -255,6 +312,7 @@ def create_server(
                 session_scope=call.identity.scope,
                 arguments=arguments,
                 outcome=call.outcome,
+                read=call.read,
                 latency_ms=(time.perf_counter() - started) * 1000,
                 error=call.error,
             )

@@ -60,9 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
 
-    p = sub.add_parser("calibrate", help="measure hit@1/MRR/tier accuracy and propose thresholds")
-    p.add_argument("queries", type=Path, help='JSONL lines {"query": ..., "doc": doc_key | null}')
-    p.add_argument("--write", action="store_true", help="write the proposed thresholds into --config")
+    p = sub.add_parser(
+        "calibrate", help="fit the tier models on evaluation sets and report figures held out per set"
+    )
+    p.add_argument(
+        "sets", type=Path, nargs="+", help="evaluation sets: directories with kb/ and questions.jsonl"
+    )
+    p.add_argument("--write", action="store_true", help="write the model fitted on all sets into --config")
     p.add_argument("--json", action="store_true")
     _common(p)
 
@@ -121,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from server import commands
+    from server import calibrate_command, commands
 
-    handler = getattr(commands, f"cmd_{args.command}")
+    handler = getattr(commands, f"cmd_{args.command}", None) or getattr(
+        calibrate_command, f"cmd_{args.command}"
+    )
     try:
         result = handler(args, settings, config_path, overrides)
         return int(asyncio.run(result) if asyncio.iscoroutine(result) else result)

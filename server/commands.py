@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from server.settings import Settings
 
@@ -118,91 +115,6 @@ def cmd_map(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
         end="\n" if args.json else "",
     )
     return 0
-
-
-def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Path | None, *_: Any) -> int:
-    from retrieval.calibration import CalibrationError, observe, propose_all, read_queries, score
-
-    if args.write and config_path is None:
-        raise CommandError("--write needs --config FILE (or LOOKUP_KNOWLEDGE_CONFIG) to write into")
-    try:
-        queries = read_queries(args.queries)
-    except (OSError, CalibrationError) as exc:
-        raise CommandError(str(exc)) from exc
-    runtime = _open(settings)
-    try:
-        # Raw evidence (no offset): the offset is applied offline for each candidate value.
-        evidence = [runtime.engine.retrieve(q.query, None, 5) for q in queries]
-    finally:
-        runtime.close()
-    embedder = settings.embedder.name
-    current_offset = settings.relevance.cross_language_offset.get(embedder, 0.0)
-    current = settings.thresholds
-    now = score(
-        [observe(q, e.rescored(current_offset)) for q, e in zip(queries, evidence, strict=True)], current
-    )
-    try:
-        offset, proposed, observations = propose_all(queries, evidence)
-    except CalibrationError as exc:
-        raise CommandError(str(exc)) from exc
-    after = score(observations, proposed)
-    report = {
-        "embedder": embedder,
-        "queries": len(queries),
-        "answerable": sum(1 for q in queries if q.doc),
-        "current": _calibration_part(current, current_offset, now),
-        "proposed": _calibration_part(proposed, offset, after),
-    }
-    if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    else:
-        _print_calibration(report)
-    if args.write and config_path is not None:
-        _write_thresholds(config_path, embedder, proposed.model_dump(), offset)
-        print(
-            f"wrote relevance.thresholds.{embedder} and relevance.cross_language_offset.{embedder} "
-            f"to {config_path}",
-            file=sys.stderr,
-        )
-    return 0
-
-
-def _calibration_part(thresholds: Any, offset: float, scores: Any) -> dict[str, Any]:
-    return {
-        "thresholds": thresholds.model_dump(),
-        "cross_language_offset": offset,
-        "hit_at_1": round(scores.hit_at_1, 4),
-        "mrr": round(scores.mrr, 4),
-        "tier_accuracy": round(scores.tier_accuracy, 4),
-        "confusion": scores.confusion,
-    }
-
-
-def _print_calibration(report: dict[str, Any]) -> None:
-    print(f"embedder {report['embedder']}: {report['queries']} queries ({report['answerable']} answerable)")
-    for label in ("current", "proposed"):
-        part = report[label]
-        t = part["thresholds"]
-        print(
-            f"\n{label}: highly_relevant={t['highly_relevant']} reference={t['reference']} "
-            f"cross_language_offset={part['cross_language_offset']}"
-        )
-        print(
-            f"  hit@1 {part['hit_at_1']:.3f}   MRR {part['mrr']:.3f}   tier accuracy {part['tier_accuracy']:.3f}"
-        )
-        print("  confusion (ideal -> graded):")
-        for ideal, row in part["confusion"].items():
-            cells = ", ".join(f"{got} {n}" for got, n in row.items())
-            print(f"    {ideal:<16} {cells}")
-
-
-def _write_thresholds(path: Path, embedder: str, values: dict[str, float], offset: float) -> None:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
-    data = data or {}
-    relevance = data.setdefault("relevance", {})
-    relevance.setdefault("thresholds", {})[embedder] = values
-    relevance.setdefault("cross_language_offset", {})[embedder] = offset
-    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
 
 
 def cmd_serve(

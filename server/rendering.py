@@ -5,12 +5,32 @@ from __future__ import annotations
 from retrieval.models import DocumentContent, KnowledgeMap, LookupResult
 
 
+# A result with no new content costs the agent context all the same: keep its text this short.
+TERSE_LIMIT = 200
+
+
 def _doc(label: str, doc: DocumentContent) -> list[str]:
-    return [f"## {label}: {doc.title}  [{doc.domain}] ({doc.doc_key})", doc.content.strip(), ""]
+    more = f" — {len(doc.sections)} of {doc.section_count} passages; more: read_knowledge_doc" if doc.partial else ""
+    return [f"## {label}: {doc.title}  [{doc.domain}] ({doc.doc_key}){more}", doc.content.strip(), ""]
+
+
+def render_terse(result: LookupResult) -> str:
+    """A result without content (DEDUPED, refused, NO_MATCH): what the agent holds and what to do, briefly."""
+    head = result.relevance_level + (f" ({result.dedup_reason})" if result.dedup_reason else "")
+    held = "; ".join(
+        d.title + (f" §{d.sections[0]}" if d.sections else "") for d in result.already_in_context
+    )
+    advice = result.completeness_hint if result.relevance_level == "NO_MATCH" else result.budget.guidance
+    text = f"{head}: {advice}"
+    if held:
+        text += f" Held: {held}"
+    return text if len(text) <= TERSE_LIMIT else text[: TERSE_LIMIT - 1] + "…"
 
 
 def render_lookup(result: LookupResult) -> str:
     """The same result as the structured content, as markdown-ish text."""
+    if not result.found:
+        return render_terse(result)
     lines = [
         f"relevance: {result.relevance_level}" + (f" ({result.dedup_reason})" if result.dedup_reason else "")
     ]

@@ -39,9 +39,9 @@ from retrieval.embedders import Embedder
 from retrieval.service import estimate_tokens
 from server.app import create_server
 from server.settings import LogSettings, Settings
+from storage.stats_queries import BLOCKING_REASONS
 from storage.vector_store import MilvusVectorStore
 
-BLOCKING_REASONS = frozenset({"circuit_open", "missing_dimension_required"})
 
 
 class TraceError(ValueError):
@@ -62,6 +62,10 @@ class TraceStep(BaseModel):
     missing_dimension: str | None = None
     domain: str | None = None
     top_k: int | None = Field(default=None, ge=1, le=10)
+    topic: str | None = Field(default=None, max_length=200, description="The topic the call is about.")
+    expect: list[str] | None = Field(
+        default=None, description="The documents an ideal session receives for this call's topic."
+    )
 
 
 def read_trace(path: Path) -> list[TraceStep]:
@@ -101,6 +105,9 @@ class CallRecord:
     content_tokens: int
     store_searches: int
     error: str | None = None
+    text_chars: int = 0  # the text content the agent's context receives
+    topic: str | None = None
+    expect: tuple[str, ...] = ()
     session_scope: str | None = None  # as the server resolved it: "explicit" governed, "none" baseline
 
     @property
@@ -125,6 +132,12 @@ class Counts:
     content_tokens: int = 0
     store_searches: int = 0
     errors: int = 0
+    content_calls: int = 0  # calls that returned content
+    text_chars: int = 0
+    topics: int = 0
+    needed: int = 0  # documents the trace expects
+    needed_delivered: int = 0  # of those, delivered at least once
+    needed_delivered_once: int = 0  # of those, delivered in exactly one call
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
@@ -159,6 +172,8 @@ class ReplayReport:
 def _session_counts(calls: Iterable[CallRecord]) -> Counts:
     calls = list(calls)
     returned = [key for c in calls for key in c.doc_keys]
+    needed = {key for c in calls for key in c.expect}
+    deliveries = {key: sum(key in c.doc_keys for c in calls) for key in needed}
     return Counts(
         calls=len(calls),
         retrievals=sum(c.ran_retrieval for c in calls),
@@ -169,6 +184,12 @@ def _session_counts(calls: Iterable[CallRecord]) -> Counts:
         content_tokens=sum(c.content_tokens for c in calls),
         store_searches=sum(c.store_searches for c in calls),
         errors=sum(c.error is not None for c in calls),
+        content_calls=sum(bool(c.doc_keys) for c in calls),
+        text_chars=sum(c.text_chars for c in calls),
+        topics=len({c.topic for c in calls if c.topic}),
+        needed=len(needed),
+        needed_delivered=sum(n > 0 for n in deliveries.values()),
+        needed_delivered_once=sum(n == 1 for n in deliveries.values()),
     )
 
 
@@ -205,7 +226,7 @@ async def replay(
         # Raised only after the client closed: inside it, errors surface wrapped in task groups.
         domains = await client.call_tool("list_knowledge_domains", {})
         if domains.is_error or not (domains.structured_content or {}).get("document_count"):
-            problem = _error_text(domains) if domains.is_error else "it holds no documents"
+            problem = _text_of(domains) if domains.is_error else "it holds no documents"
         else:
             engine = (await resources.lookup_service()).engine
             for step in steps:
@@ -234,20 +255,22 @@ async def replay(
     )
 
 
-def _error_text(result: Any) -> str:
+def _text_of(result: Any) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content).strip() or "unknown error"
 
 
 def _record(step: TraceStep, result: Any, seen: set[str], searches: int) -> CallRecord:
     if result.is_error:
         return CallRecord(
-            step.session, step.query, None, None, None, None, (), (), 0, searches, error=_error_text(result)
+            step.session, step.query, None, None, None, None, (), (), 0, searches, error=_text_of(result)
         )
     data = result.structured_content or {}
     documents = [d for d in [data.get("primary"), *data.get("supplement", [])] if d]
     keys = tuple(d["doc_key"] for d in documents)
-    duplicates = tuple(k for k in keys if k in seen)
-    seen.update(keys)
+    # A duplicate is a passage handed again: the same section of a document the session holds.
+    passages = [f"{d['doc_key']}#{section}" for d in documents for section in d.get("sections") or [""]]
+    duplicates = tuple(dict.fromkeys(p.split("#")[0] for p in passages if p in seen))
+    seen.update(passages)
     budget = data.get("budget") or {}
     return CallRecord(
         session=step.session,
@@ -261,6 +284,9 @@ def _record(step: TraceStep, result: Any, seen: set[str], searches: int) -> Call
         content_tokens=sum(estimate_tokens(d["content"]) for d in documents),
         store_searches=searches,
         session_scope=data.get("session_scope"),
+        text_chars=len(_text_of(result)),
+        topic=step.topic,
+        expect=tuple(step.expect or ()),
     )
 
 
@@ -274,6 +300,12 @@ _COLUMNS = (
     ("duplicate_returns", "duplicate returns"),
     ("content_tokens", "content tokens"),
     ("store_searches", "store searches"),
+    ("content_calls", "calls with content"),
+    ("text_chars", "text characters"),
+    ("topics", "topics"),
+    ("needed", "needed docs"),
+    ("needed_delivered", "needed delivered"),
+    ("needed_delivered_once", "needed delivered once"),
 )
 
 

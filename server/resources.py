@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from retrieval.embedders import Embedder
-from retrieval.service import LookupOutcome, LookupService
-from retrieval.tracker import ActionMemory, Clock
+from retrieval.service import LookupOutcome, LookupService, ReadOutcome
+from retrieval.tracker import ActionMemory, Clock, SessionMemory
 from server.config_watch import SettingsHolder
 from server.runtime import Runtime, open_runtime, policy_from
 from server.settings import Settings
@@ -132,6 +132,7 @@ class AppResources:
         session_scope: str,
         arguments: Mapping[str, Any],
         outcome: LookupOutcome | None = None,
+        read: ReadOutcome | None = None,
         latency_ms: float,
         error: str | None = None,
     ) -> None:
@@ -152,21 +153,26 @@ class AppResources:
             completeness_hint=result.completeness_hint if result else None,
             water_level=result.budget.water_level if result else None,
             next_call=result.budget.next_call if result else None,
-            call_index=outcome.call_index if outcome else None,
-            result_doc_keys=outcome.result_doc_keys if outcome else [],
-            retrieval_details=outcome.details if outcome else None,
+            call_index=outcome.call_index if outcome else (read.call_index if read else None),
+            result_doc_keys=outcome.result_doc_keys if outcome else (read.result_doc_keys if read else []),
+            retrieval_details=outcome.details.model_dump(mode="json") if outcome else None,
             latency_ms=latency_ms,
             error=error,
         )
         await self.log.record(record)
 
     # -- action memory persistence -----------------------------------------------------
-    def _persist_memory(self, session_key: str, memory: Any) -> None:
+    def _persist_memory(self, session_key: str, memory: SessionMemory | None) -> None:
         if self.log is not None and self.settings.memory.persist:
-            self.log.queue_memory(session_key, memory)
+            self.log.queue_memory(session_key, memory.to_state() if memory is not None else None)
 
     async def _restore_memory(self) -> None:
         if self.log is None:
             return
-        for session_key, memory, age in await self.log.load_memories(self.settings.memory.ttl_seconds):
+        for session_key, state, age in await self.log.load_memories(self.settings.memory.ttl_seconds):
+            try:
+                memory = SessionMemory.from_state(state)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                logger.warning("skipping damaged action memory of session %r: %s", session_key, exc)
+                continue
             self.memory.restore(session_key, memory, age_seconds=age)

@@ -17,6 +17,7 @@ from retrieval.ingest import Ingestor
 from retrieval.service import Policy
 from server.settings import Settings
 from storage.catalog import Catalog
+from storage.documents import ChunkingRule
 from storage.vector_store import MilvusVectorStore, collection_name
 
 logger = logging.getLogger(__name__)
@@ -37,13 +38,22 @@ class Runtime:
             self.catalog,
             self.store,
             self.embedder,
-            max_chars=self.settings.chunking.max_chars,
+            rule=chunking_rule(self.settings, self.embedder),
             batch_size=self.settings.embedder.batch_size,
         )
 
     def close(self) -> None:
         self.catalog.close()
         self.store.close()
+
+
+def chunking_rule(settings: Settings, embedder: CachedEmbedder) -> ChunkingRule:
+    """Chunks bounded in characters and, when the embedder can count them, in its tokens."""
+    return ChunkingRule(
+        max_chars=settings.chunking.max_chars,
+        max_tokens=settings.chunking.max_tokens,
+        count_tokens=embedder.count_tokens,
+    )
 
 
 def catalog_path(settings: Settings, collection: str) -> Path:
@@ -78,17 +88,17 @@ def open_runtime(
         )
     store.ensure_collection()
     catalog = Catalog(catalog_path(settings, store.collection))
-    engine = KnowledgeEngine(catalog, store, cached, candidate_factor=settings.retrieval.candidate_factor)
+    engine = KnowledgeEngine(catalog, store, cached)
     return Runtime(settings, cached, store, catalog, engine)
 
 
 def policy_from(settings: Settings) -> Policy:
     """The hot-reloadable part of the settings, as the lookup service reads it."""
     return Policy(
-        thresholds=settings.thresholds,
-        cross_language_offset=settings.relevance.cross_language_offset.get(settings.embedder.name, 0.0),
+        tier_model=settings.tier_model,
         governance=settings.governance,
         hint_language=settings.relevance.hint_language,
         primary_max_chars=settings.retrieval.primary_max_chars,
         supplement_max_chars=settings.retrieval.supplement_max_chars,
+        content=settings.retrieval.content,
     )

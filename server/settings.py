@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from retrieval.governance import GovernanceConfig
-from retrieval.relevance import Thresholds
+from retrieval.relevance import Logistic, TierModel
 
 logger = logging.getLogger(__name__)
 
@@ -61,23 +61,37 @@ class EmbedderSettings(BaseModel):
 
 class ChunkingSettings(BaseModel):
     max_chars: int = Field(default=1200, ge=100, le=20000, description="Largest chunk, in characters.")
+    max_tokens: int = Field(
+        default=300,
+        ge=32,
+        le=8192,
+        description="Largest chunk in the embedder's tokens, title and heading line included; kept "
+        "under the model's window (e5-small: 512) so no chunk is cut when embedded.",
+    )
+
+
+def _default_models() -> dict[str, TierModel]:
+    # Fitted by `lookup-knowledge-mcp calibrate` on the four evaluation knowledge bases under
+    # examples/eval (see README, "Relevance"); bge-m3 keeps a conservative hand-set model.
+    return {
+        "e5-small": TierModel(
+            on_topic=Logistic(weights={"similarity": 30.0, "coverage": 4.0}, bias=-25.0, threshold=0.2),
+            top_right=Logistic(weights={"margin": 40.0, "agree": 1.5}, bias=-1.0, threshold=0.5),
+            cross_language_offset=0.05,
+        ),
+        "bge-m3": TierModel(
+            on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),
+            top_right=Logistic(weights={"margin": 30.0, "agree": 1.5}, bias=-1.0, threshold=0.5),
+            cross_language_offset=0.0,
+        ),
+    }
 
 
 class RelevanceSettings(BaseModel):
-    thresholds: dict[str, Thresholds] = Field(
-        default_factory=lambda: {
-            # Calibrated on examples/calibration/queries.jsonl (see README): e5 cosines bunch
-            # between 0.8 and 0.9, so the reference design's 0.75/0.5 would grade everything high.
-            "e5-small": Thresholds(highly_relevant=0.882, reference=0.867),
-            # The reference design's values for BGE-M3.
-            "bge-m3": Thresholds(highly_relevant=0.75, reference=0.5),
-        },
-        description="Tier thresholds on cosine similarity, per embedder.",
-    )
-    cross_language_offset: dict[str, float] = Field(
-        default_factory=lambda: {"e5-small": 0.05, "bge-m3": 0.0},
-        description="Added to the similarity of a chunk in another language than the query, per embedder: "
-        "multilingual models score same-language pairs higher. Calibrated by the calibrate command.",
+    models: dict[str, TierModel] = Field(
+        default_factory=_default_models,
+        description="Per embedder: the logistic models that turn evidence features into tiers, and the "
+        "cross-language offset. Written by the calibrate command.",
     )
     hint_language: Literal["auto", "en", "zh"] = Field(
         default="auto", description="Language of hints and guidance; auto follows the query's script."
@@ -86,11 +100,19 @@ class RelevanceSettings(BaseModel):
 
 class RetrievalSettings(BaseModel):
     default_top_k: int = Field(default=3, ge=1, le=10, description="top_k when the caller gives none.")
-    candidate_factor: int = Field(
-        default=4, ge=1, le=50, description="Chunks fetched per requested document, before grouping."
+    content: Literal["passage", "document"] = Field(
+        default="passage",
+        description="passage: results carry the sections that matched and memory is kept per section; "
+        "document: the predecessor's behaviour, the head of each document and memory per document.",
     )
     primary_max_chars: int = Field(default=4000, ge=200, le=100_000, description="Primary content cap.")
     supplement_max_chars: int = Field(default=1200, ge=100, le=100_000, description="Supplement cap.")
+    read_max_chars: int = Field(
+        default=20_000,
+        ge=1000,
+        le=1_000_000,
+        description="Cap on one read of a whole document (read_knowledge_doc, knowledge://doc/...).",
+    )
 
 
 class MemorySettings(BaseModel):
@@ -141,18 +163,18 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)
 
     @model_validator(mode="after")
-    def _thresholds_cover_embedder(self) -> Settings:
-        if self.embedder.name not in self.relevance.thresholds:
+    def _model_covers_embedder(self) -> Settings:
+        if self.embedder.name not in self.relevance.models:
             raise ValueError(
-                f"relevance.thresholds has no entry for embedder {self.embedder.name!r}; "
-                f"known: {sorted(self.relevance.thresholds)}"
+                f"relevance.models has no entry for embedder {self.embedder.name!r}; "
+                f"known: {sorted(self.relevance.models)}"
             )
         return self
 
     @property
-    def thresholds(self) -> Thresholds:
-        """The tier thresholds of the configured embedder."""
-        return self.relevance.thresholds[self.embedder.name]
+    def tier_model(self) -> TierModel:
+        """The tier model of the configured embedder."""
+        return self.relevance.models[self.embedder.name]
 
     @property
     def milvus_uri(self) -> str:

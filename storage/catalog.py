@@ -1,22 +1,33 @@
-"""The catalog: one SQLite row per ingested document, the source of truth for what is visible.
+"""The catalog: SQLite rows for every ingested document and chunk, the source of truth for what is visible.
 
-A vector chunk is visible only while its (doc_key, doc_hash) matches the catalog, so a document's
-chunks switch from old to new in the single transaction that updates its row. ``pending`` rows
-record documents whose vectors are being changed, so an ingest killed half-way is repaired
-by the next one.
+A vector chunk is visible only while its chunk id is one of its document's catalog chunks, so a
+document switches from its old chunks to its new ones in the single transaction that rewrites
+its rows. Chunk ids are content-addressed, so an unchanged chunk keeps its id (and its vector)
+across edits of the rest of its document. ``pending`` rows record documents whose vectors are
+being changed, so an ingest killed half-way is repaired by the next one.
+
+The chunk text also feeds an FTS5 table of lexical terms (storage.text.terms): the second
+retrieval signal, in the same file and the same transaction, so it works with every Milvus.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from storage.documents import Document
+from storage.text import terms
 
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "3"
+_TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "meta")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     doc_key TEXT PRIMARY KEY,
@@ -24,6 +35,7 @@ CREATE TABLE IF NOT EXISTS documents (
     title TEXT NOT NULL,
     domain TEXT NOT NULL,
     keywords TEXT NOT NULL,
+    identifiers TEXT NOT NULL,
     summary TEXT NOT NULL,
     domain_description TEXT NOT NULL,
     when_to_retrieve TEXT NOT NULL,
@@ -32,9 +44,23 @@ CREATE TABLE IF NOT EXISTS documents (
     updated_at REAL NOT NULL,
     languages TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id TEXT PRIMARY KEY,
+    doc_key TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    heading TEXT NOT NULL,
+    text TEXT NOT NULL,
+    language TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_key, chunk_index);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
+    chunk_id UNINDEXED, doc_key UNINDEXED, domain UNINDEXED, terms, tokenize = "unicode61 tokenchars '_'"
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_vocab USING fts5vocab(chunk_terms, 'row');
 CREATE TABLE IF NOT EXISTS pending (
     doc_key TEXT PRIMARY KEY,
-    content_hash TEXT
+    content_hash TEXT,
+    chunk_ids TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0');
@@ -54,6 +80,38 @@ class CatalogEntry:
     body: str
     chunk_count: int
     languages: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One visible chunk: where it sits in its document and what it says."""
+
+    chunk_id: str
+    doc_key: str
+    index: int
+    heading: str
+    text: str
+    language: str
+
+
+@dataclass(frozen=True)
+class PlannedChunk:
+    """A chunk of a document about to be committed."""
+
+    chunk_id: str
+    index: int
+    heading: str
+    text: str
+    language: str
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    chunk_id: str
+    doc_key: str
+    score: float  # BM25, higher is better
+    terms: frozenset[str]  # the query terms this chunk contains
 
 
 class Catalog:
@@ -62,10 +120,28 @@ class Catalog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Create the schema; a catalog of an older layout is emptied, so the next ingest rebuilds it."""
+        version = None
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            version = row[0] if row else "1"
+            if version != SCHEMA_VERSION:
+                logger.warning(
+                    "catalog %s has layout %s, this version uses %s: it is emptied; run ingest again",
+                    self.path,
+                    version,
+                    SCHEMA_VERSION,
+                )
+                for table in reversed(_TABLES):
+                    self._db.execute(f"DROP TABLE IF EXISTS {table}")
         self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
 
     def close(self) -> None:
         self._db.close()
@@ -81,63 +157,150 @@ class Catalog:
     def entries(self) -> list[CatalogEntry]:
         rows = self._db.execute(
             "SELECT doc_key, content_hash, title, domain, keywords, summary, domain_description,"
-            " when_to_retrieve, body, chunk_count, languages FROM documents ORDER BY doc_key"
+            " when_to_retrieve, body, chunk_count, languages, identifiers FROM documents ORDER BY doc_key"
         )
         return [
             CatalogEntry(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
+                *r[0:4],
                 tuple(json.loads(r[4])),
-                r[5],
-                r[6],
-                r[7],
-                r[8],
-                r[9],
+                *r[5:10],
                 tuple(filter(None, r[10].split(","))),
+                tuple(json.loads(r[11])),
             )
             for r in rows
         ]
 
-    def pending(self) -> dict[str, str | None]:
-        return dict(self._db.execute("SELECT doc_key, content_hash FROM pending"))
+    # -- chunks --------------------------------------------------------------------------
+    def chunk_index(self) -> dict[str, tuple[str, int, str]]:
+        """chunk_id -> (doc_key, chunk_index, language) of every visible chunk."""
+        rows = self._db.execute("SELECT chunk_id, doc_key, chunk_index, language FROM chunks")
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
-    def mark_pending(self, doc_key: str, content_hash: str | None) -> None:
+    def chunk_ids(self, doc_key: str) -> list[str]:
+        rows = self._db.execute(
+            "SELECT chunk_id FROM chunks WHERE doc_key = ? ORDER BY chunk_index", (doc_key,)
+        )
+        return [r[0] for r in rows]
+
+    def chunks_of(self, doc_key: str) -> list[ChunkRecord]:
+        """The document's chunks in order."""
+        rows = self._db.execute(
+            "SELECT chunk_id, doc_key, chunk_index, heading, text, language FROM chunks"
+            " WHERE doc_key = ? ORDER BY chunk_index",
+            (doc_key,),
+        )
+        return [ChunkRecord(*r) for r in rows]
+
+    # -- lexical search ----------------------------------------------------------------------
+    def lexical_search(
+        self, query_terms: Sequence[str], *, limit: int, domain: str | None = None
+    ) -> list[LexicalHit]:
+        """The chunks sharing the most (rare) terms with the query, by BM25, best first."""
+        unique = sorted(set(query_terms))
+        if not unique:
+            return []
+        match = " OR ".join(f'"{t}"' for t in unique)
+        sql = "SELECT chunk_id, doc_key, -bm25(chunk_terms), terms FROM chunk_terms WHERE chunk_terms MATCH ?"
+        params: list[object] = [match]
+        if domain is not None:
+            sql += " AND domain = ?"
+            params.append(domain)
+        sql += " ORDER BY rank LIMIT ?"
+        params.append(limit)
+        wanted = set(unique)
+        return [
+            LexicalHit(r[0], r[1], float(r[2]), frozenset(wanted.intersection(r[3].split())))
+            for r in self._db.execute(sql, params)
+        ]
+
+    def documents_containing(self, all_terms: Sequence[str], *, limit: int = 3) -> set[str]:
+        """Up to ``limit`` documents whose chunks contain every one of the terms."""
+        unique = sorted(set(all_terms))
+        if not unique:
+            return set()
+        match = " AND ".join(f'"{t}"' for t in unique)
+        rows = self._db.execute(
+            "SELECT DISTINCT doc_key FROM chunk_terms WHERE chunk_terms MATCH ? LIMIT ?", (match, limit)
+        )
+        return {r[0] for r in rows}
+
+    def term_weights(self, query_terms: Sequence[str]) -> dict[str, float]:
+        """BM25's inverse document frequency of each query term over the visible chunks."""
+        unique = sorted(set(query_terms))
+        total = self._db.execute("SELECT count(*) FROM chunk_terms").fetchone()[0]
+        if not unique or not total:
+            return {}
+        marks = ",".join("?" * len(unique))
+        df = dict(self._db.execute(f"SELECT term, doc FROM chunk_vocab WHERE term IN ({marks})", unique))
+        return {t: math.log(1 + (total - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in unique}
+
+    # -- ingest ------------------------------------------------------------------------------
+    def pending(self) -> dict[str, tuple[str | None, list[str]]]:
+        """doc_key -> (content hash being written, chunk ids being written)."""
+        rows = self._db.execute("SELECT doc_key, content_hash, chunk_ids FROM pending")
+        return {r[0]: (r[1], json.loads(r[2])) for r in rows}
+
+    def mark_pending(self, doc_key: str, content_hash: str | None, chunk_ids: Iterable[str] = ()) -> None:
         """Record, before touching vectors, that doc_key's vectors are about to change."""
         self._db.execute(
-            "INSERT OR REPLACE INTO pending (doc_key, content_hash) VALUES (?, ?)", (doc_key, content_hash)
+            "INSERT OR REPLACE INTO pending (doc_key, content_hash, chunk_ids) VALUES (?, ?, ?)",
+            (doc_key, content_hash, json.dumps(list(chunk_ids))),
         )
 
     def clear_pending(self, doc_keys: Iterable[str]) -> None:
         self._db.executemany("DELETE FROM pending WHERE doc_key = ?", [(k,) for k in doc_keys])
 
-    def commit_document(self, doc: Document) -> None:
+    def commit_document(self, doc: Document, chunks: Sequence[PlannedChunk]) -> None:
         """Make doc's new chunks the visible ones, atomically."""
         with self._transaction():
+            self._delete_rows(doc.doc_key)
             self._db.execute(
-                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     doc.doc_key,
                     doc.content_hash,
                     doc.title,
                     doc.domain,
                     json.dumps(list(doc.keywords), ensure_ascii=False),
+                    json.dumps(list(doc.identifiers), ensure_ascii=False),
                     doc.summary,
                     doc.domain_description,
                     doc.when_to_retrieve,
                     doc.body,
-                    len(doc.chunks),
+                    len(chunks),
                     time.time(),
-                    ",".join(sorted({chunk.language for chunk in doc.chunks})),
+                    ",".join(sorted({c.language for c in chunks})),
                 ),
             )
+            for c in chunks:
+                # The FTS row shares the chunk's rowid, so deleting a document's terms is an index probe.
+                rowid = self._db.execute(
+                    "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
+                    (c.chunk_id, doc.doc_key, c.index, c.heading, c.text, c.language),
+                ).lastrowid
+                self._db.execute(
+                    "INSERT INTO chunk_terms (rowid, chunk_id, doc_key, domain, terms) VALUES (?, ?, ?, ?, ?)",
+                    (
+                        rowid,
+                        c.chunk_id,
+                        doc.doc_key,
+                        doc.domain,
+                        " ".join(terms(f"{doc.title}\n{c.heading}\n{c.text}")),
+                    ),
+                )
             self._bump()
 
     def remove_document(self, doc_key: str) -> None:
         with self._transaction():
-            self._db.execute("DELETE FROM documents WHERE doc_key = ?", (doc_key,))
+            self._delete_rows(doc_key)
             self._bump()
+
+    def _delete_rows(self, doc_key: str) -> None:
+        self._db.execute(
+            "DELETE FROM chunk_terms WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_key = ?)", (doc_key,)
+        )
+        self._db.execute("DELETE FROM chunks WHERE doc_key = ?", (doc_key,))
+        self._db.execute("DELETE FROM documents WHERE doc_key = ?", (doc_key,))
 
     def _bump(self) -> None:
         self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from storage.text import identifiers, text_language
 
 SUFFIXES = (".md", ".markdown", ".txt")
 DEFAULT_DOMAIN = "general"
@@ -29,10 +31,34 @@ class DocumentError(ValueError):
         self.reason = reason
 
 
+TokenCounter = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class ChunkingRule:
+    """How large a chunk may be: characters, and model tokens when the embedder can count them."""
+
+    max_chars: int
+    max_tokens: int | None = None
+    count_tokens: TokenCounter | None = None
+
+    def fits(self, context: str, text: str) -> bool:
+        if len(text) > self.max_chars:
+            return False
+        if self.max_tokens is None or self.count_tokens is None:
+            return True
+        return self.count_tokens(f"{context}\n{text}") <= self.max_tokens
+
+    @property
+    def signature(self) -> str:
+        """Part of the content hash: a new chunk size re-ingests."""
+        return f"chunk={self.max_chars}" + (f",tokens={self.max_tokens}" if self.count_tokens else "")
+
+
 @dataclass(frozen=True)
 class Chunk:
     index: int
-    heading: str
+    heading: str  # the heading path of the chunk's first section, "" before any heading
     text: str
 
     @property
@@ -40,20 +66,9 @@ class Chunk:
         return text_language(self.text)
 
 
-_CJK_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
-# A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
-_CJK_CHARS_PER_WORD = 1.7
-
-
-def text_language(text: str) -> str:
-    """zh or en when one language clearly dominates the text, mixed otherwise."""
-    zh_words = len(_CJK_CHAR.findall(text)) / _CJK_CHARS_PER_WORD
-    en_words = len(_LATIN_WORD.findall(text))
-    share = zh_words / (zh_words + en_words) if zh_words + en_words else 0.0
-    if share >= 0.7:
-        return "zh"
-    return "en" if share <= 0.1 else "mixed"
+def chunk_context(title: str, heading: str) -> str:
+    """The line that gives a chunk its context when embedded and when shown: ``Title › Heading``."""
+    return f"{title} › {heading}" if heading and heading != title else title
 
 
 @dataclass(frozen=True)
@@ -68,13 +83,12 @@ class Document:
     body: str
     content_hash: str
     chunks: tuple[Chunk, ...]
+    # Code-shaped identifiers named anywhere in the document (title, keywords, body).
+    identifiers: tuple[str, ...] = ()
 
     def embedding_texts(self) -> list[str]:
-        """What each chunk is embedded as: the title gives a section its context."""
-        return [
-            f"{self.title}\n{chunk.text}" if chunk.heading != self.title else chunk.text
-            for chunk in self.chunks
-        ]
+        """What each chunk is embedded as: the title and heading path give a section its context."""
+        return [f"{chunk_context(self.title, chunk.heading)}\n{chunk.text}" for chunk in self.chunks]
 
 
 @dataclass(frozen=True)
@@ -114,14 +128,14 @@ def _key(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def content_hash(raw: bytes, *, max_chars: int) -> str:
+def content_hash(raw: bytes, *, rule: ChunkingRule) -> str:
     """Hash of the bytes and the chunking that produced the chunks, so a new chunk size re-ingests."""
     digest = hashlib.sha256(raw)
-    digest.update(f"|chunk={max_chars}".encode())
+    digest.update(f"|{rule.signature}".encode())
     return digest.hexdigest()[:32]
 
 
-def load_document(candidate: Candidate, *, max_chars: int) -> Document:
+def load_document(candidate: Candidate, *, rule: ChunkingRule) -> Document:
     """Read, validate and chunk one file, raising DocumentError naming the problem."""
     key = candidate.doc_key
     if candidate.refusal:
@@ -142,10 +156,11 @@ def load_document(candidate: Candidate, *, max_chars: int) -> Document:
     domain = _text_field(key, meta, "domain") or _text_field(key, meta, "category") or _folder_domain(key)
     if not _DOMAIN_ID.match(domain):
         raise DocumentError(key, f"invalid domain {domain!r}: use letters, digits, '-', '_', '.' or spaces")
-    chunks = tuple(chunk_markdown(body, title=title, max_chars=max_chars))
+    chunks = tuple(chunk_markdown(body, title=title, rule=rule))
     if not chunks:
         raise DocumentError(key, "empty document")
     keywords = _keywords(key, meta.get("keywords"))
+    codes = identifiers("\n".join([title, *keywords, body]))
     summary = _text_field(key, meta, "summary")
     return Document(
         doc_key=key,
@@ -156,8 +171,9 @@ def load_document(candidate: Candidate, *, max_chars: int) -> Document:
         domain_description=_text_field(key, meta, "domain_description"),
         when_to_retrieve=_text_field(key, meta, "when_to_retrieve"),
         body=body,
-        content_hash=content_hash(raw, max_chars=max_chars),
+        content_hash=content_hash(raw, rule=rule),
         chunks=chunks,
+        identifiers=tuple(codes),
     )
 
 
@@ -217,39 +233,50 @@ def _folder_domain(key: str) -> str:
 
 
 def _sections(body: str) -> Iterator[tuple[str, str]]:
-    """Split at headings (not inside code fences), yielding (heading, text-with-heading)."""
-    heading, in_fence = "", False
+    """Split at headings (not inside code fences), yielding (heading path, text-with-heading).
+
+    The path names the enclosing headings, ``Deploying › Rollback``, so a chunk deep in a long
+    document still says where it belongs. The document's own H1 title is left out of the path.
+    """
+    stack: list[tuple[int, str]] = []
+    in_fence = False
     lines: list[str] = []
     for line in body.splitlines():
         if _FENCE.match(line):
             in_fence = not in_fence
         match = None if in_fence else _HEADING.match(line)
         if match and any(s.strip() for s in lines):
-            yield heading, "\n".join(lines).strip()
+            yield _path(stack), "\n".join(lines).strip()
             lines = []
         if match:
-            heading = match.group(2).strip()
+            level = len(match.group(1))
+            stack = [(lvl, text) for lvl, text in stack if lvl < level]
+            stack.append((level, match.group(2).strip()))
         lines.append(line)
     if any(s.strip() for s in lines):
-        yield heading, "\n".join(lines).strip()
+        yield _path(stack), "\n".join(lines).strip()
 
 
-def _split_long(text: str, max_chars: int) -> Iterator[str]:
-    """Break an oversized section at paragraph, then line, then hard boundaries."""
-    if len(text) <= max_chars:
+def _path(stack: list[tuple[int, str]]) -> str:
+    named = [text for level, text in stack if level > 1] or [text for _, text in stack]
+    return " › ".join(named)
+
+
+def _split_long(text: str, fits: Callable[[str], bool]) -> Iterator[str]:
+    """Break an oversized section at paragraph, then line, then sentence or hard boundaries."""
+    if fits(text):
         yield text
         return
     piece = ""
     for para in re.split(r"\n\s*\n", text):
         candidate = f"{piece}\n\n{para}" if piece else para
-        if len(candidate) <= max_chars:
+        if fits(candidate):
             piece = candidate
             continue
         if piece:
             yield piece
-        while len(para) > max_chars:
-            cut = para.rfind("\n", 0, max_chars)
-            cut = cut if cut > max_chars // 2 else max_chars
+        while not fits(para):
+            cut = _cut_point(para, fits)
             yield para[:cut].rstrip()
             para = para[cut:].lstrip()
         piece = para
@@ -257,20 +284,36 @@ def _split_long(text: str, max_chars: int) -> Iterator[str]:
         yield piece
 
 
-def chunk_markdown(body: str, *, title: str, max_chars: int) -> Iterator[Chunk]:
-    """Chunks that follow headings: small sections merge, large ones split, none exceeds max_chars."""
+def _cut_point(text: str, fits: Callable[[str], bool]) -> int:
+    """The longest prefix that fits, ending at a line or sentence break when there is one."""
+    low, high = 1, len(text)
+    while low < high:  # binary search on the prefix length
+        middle = (low + high + 1) // 2
+        if fits(text[:middle]):
+            low = middle
+        else:
+            high = middle - 1
+    for breaks in ("\n", "。！？.!?；;"):
+        cut = max(text.rfind(b, 0, low) for b in breaks)
+        if cut > low // 2:
+            return cut + 1
+    return max(low, 1)
+
+
+def chunk_markdown(body: str, *, title: str, rule: ChunkingRule) -> Iterator[Chunk]:
+    """Chunks that follow headings: small sections merge, large ones split, none exceeds the rule."""
     index = 0
     pending_heading, pending = "", ""
     for heading, text in _sections(body):
-        for part in _split_long(text, max_chars):
+        context = chunk_context(title, heading)
+        for part in _split_long(text, lambda t, c=context: rule.fits(c, t)):
             merged = f"{pending}\n\n{part}" if pending else part
-            if len(merged) <= max_chars:
-                pending_heading = pending_heading or heading or title
+            if pending and rule.fits(chunk_context(title, pending_heading), merged):
                 pending = merged
                 continue
             if pending:
                 yield Chunk(index, pending_heading, pending)
                 index += 1
-            pending_heading, pending = heading or title, part
+            pending_heading, pending = heading, part
     if pending:
         yield Chunk(index, pending_heading, pending)

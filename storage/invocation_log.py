@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from retrieval.tracker import SessionMemory
 from storage.schema import SchemaVersionError, migrate
 
 logger = logging.getLogger(__name__)
@@ -85,34 +84,6 @@ class _Gap:
 def hash_text(text: str) -> str:
     """What the log stores instead of free text when ``log_queries`` is off."""
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def memory_state(memory: SessionMemory) -> str:
-    """A session's memory as JSON (last_seen is stored apart, as wall-clock time)."""
-    return json.dumps(
-        {
-            "domains": {domain: sorted(keys) for domain, keys in memory.domains.items()},
-            "titles": memory.titles,
-            "calls": memory.calls,
-            "retrievals": memory.retrievals,
-            "tokens": memory.tokens,
-            "next_call": memory.next_call,
-        },
-        ensure_ascii=False,
-    )
-
-
-def memory_from_state(state: str) -> SessionMemory:
-    """Inverse of memory_state; raises ValueError, KeyError or TypeError on a damaged row."""
-    data = json.loads(state)
-    return SessionMemory(
-        domains={str(domain): {str(k) for k in keys} for domain, keys in data["domains"].items()},
-        titles={str(k): str(v) for k, v in data["titles"].items()},
-        calls=int(data["calls"]),
-        retrievals=int(data["retrievals"]),
-        tokens=int(data["tokens"]),
-        next_call=data["next_call"],
-    )
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
@@ -320,12 +291,11 @@ class InvocationLog:
             logger.warning("invocation log checkpoint skipped: %s", exc)
 
     # -- action memory ---------------------------------------------------------------------
-    def queue_memory(self, session_key: str, memory: SessionMemory | None) -> None:
-        """Remember a session's latest state (None: forget it); written with the next row."""
-        state = memory_state(memory) if memory is not None else None
+    def queue_memory(self, session_key: str, state: str | None) -> None:
+        """Remember a session's latest state, opaque JSON (None: forget it); written with the next row."""
         self._pending_memory[session_key] = (state, self._clock())
 
-    async def load_memories(self, ttl_seconds: float) -> list[tuple[str, SessionMemory, float]]:
+    async def load_memories(self, ttl_seconds: float) -> list[tuple[str, str, float]]:
         """Sessions seen within the TTL, as (session_key, memory, age_seconds); expired rows are deleted."""
         now = self._clock()
         async with self._lock:
@@ -341,15 +311,7 @@ class InvocationLog:
             except _WRITE_ERRORS:
                 logger.exception("could not restore action memory from %s; starting empty", self.path)
                 return []
-        restored = []
-        for session_key, state, last_seen in rows:
-            try:
-                memory = memory_from_state(state)
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                logger.warning("skipping damaged action memory of session %r: %s", session_key, exc)
-                continue
-            restored.append((session_key, memory, max(0.0, now - last_seen)))
-        return restored
+        return [(key, state, max(0.0, now - last_seen)) for key, state, last_seen in rows]
 
     # -- shutdown --------------------------------------------------------------------------
     async def close(self) -> None:

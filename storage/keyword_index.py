@@ -1,9 +1,12 @@
-"""L0: exact matching of document keywords, titles and identifiers against a query.
+"""L0: exact matching of document titles, keywords and identifiers against a query.
 
 Latin and identifier terms match whole tokens, case-insensitively (``err_timeout`` matches
 ``ERR_TIMEOUT`` but ``TIMEOUT`` does not match ``ERR_TIMEOUT_X``). Terms containing CJK match
 as substrings, since Chinese has no spaces. Lookups are dictionary probes over the query's
 token n-grams and CJK substrings, so the cost does not grow with the number of documents.
+
+Identifiers come from the whole document, body included: real knowledge bases list their codes
+in tables, not in front matter.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
+
+from storage.text import CJK, identifiers
 
 _TOKEN = re.compile(r"[0-9A-Za-z_]+")
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_IDENTIFIER = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 # Terms shorter than this (in characters) would match too much to be "exact".
 _MIN_LATIN = 2
 _MIN_CJK = 2
+
+MatchKind = Literal["code", "title", "keyword"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,14 @@ class KeywordEntry:
     domain: str
     title: str
     keywords: tuple[str, ...]
+    identifiers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class L0Hit:
+    doc_key: str
+    kind: MatchKind
+    term: str
 
 
 def _latin_tokens(text: str) -> tuple[str, ...]:
@@ -37,50 +51,45 @@ class KeywordIndex:
     """Maps terms to documents and finds which documents a query names exactly."""
 
     def __init__(self, entries: Iterable[KeywordEntry]) -> None:
-        self._latin: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        self._cjk: dict[str, set[str]] = defaultdict(set)
+        self._latin: dict[tuple[str, ...], set[tuple[str, MatchKind, str]]] = defaultdict(set)
+        self._cjk: dict[str, set[tuple[str, MatchKind, str]]] = defaultdict(set)
         self._domain: dict[str, str] = {}
-        self._title: dict[str, str] = {}
         for entry in entries:
             self._domain[entry.doc_key] = entry.domain
-            self._title[entry.doc_key] = entry.title
-            terms = [*entry.keywords, entry.title, *_IDENTIFIER.findall(entry.title)]
-            for term in terms:
-                self._add(term, entry.doc_key)
+            self._add(entry.title, entry.doc_key, "title")
+            for keyword in entry.keywords:
+                self._add(keyword, entry.doc_key, "keyword")
+            for code in {*entry.identifiers, *identifiers(entry.title)}:
+                self._add(code, entry.doc_key, "code")
         self._max_ngram = max((len(k) for k in self._latin), default=0)
         self._cjk_lengths = sorted({len(k) for k in self._cjk})
 
-    def _add(self, term: str, doc_key: str) -> None:
-        term = term.strip().lower()
-        if _CJK.search(term):
-            if len(term) >= _MIN_CJK:
-                self._cjk[term].add(doc_key)
+    def _add(self, term: str, doc_key: str, kind: MatchKind) -> None:
+        term = term.strip()
+        lowered = term.lower()
+        if CJK.search(lowered):
+            if len(lowered) >= _MIN_CJK:
+                self._cjk[lowered].add((doc_key, kind, term))
             return
-        tokens = _latin_tokens(term)
+        tokens = _latin_tokens(lowered)
         if tokens and len("".join(tokens)) >= _MIN_LATIN:
-            self._latin[tokens].add(doc_key)
+            self._latin[tokens].add((doc_key, kind, term))
 
     def __len__(self) -> int:
         return len(self._domain)
 
-    def title(self, doc_key: str) -> str:
-        return self._title.get(doc_key, doc_key)
-
-    def match(self, query: str, domain: str | None = None) -> list[str]:
-        """Documents named exactly by the query, sorted; restricted to domain when given."""
-        found: set[str] = set()
+    def match(self, query: str, domain: str | None = None) -> list[L0Hit]:
+        """What the query names exactly, sorted; restricted to domain when given."""
+        found: set[tuple[str, MatchKind, str]] = set()
         tokens = _latin_tokens(query)
         for size in range(1, min(self._max_ngram, len(tokens)) + 1):
             for start in range(len(tokens) - size + 1):
-                docs = self._latin.get(tokens[start : start + size])
-                if docs:
-                    found |= docs
+                found |= self._latin.get(tokens[start : start + size], set())
         lowered = query.lower()
         for length in self._cjk_lengths:
             for start in range(len(lowered) - length + 1):
-                docs = self._cjk.get(lowered[start : start + length])
-                if docs:
-                    found |= docs
+                found |= self._cjk.get(lowered[start : start + length], set())
+        hits = [L0Hit(doc_key, kind, term) for doc_key, kind, term in found]
         if domain is not None:
-            found = {key for key in found if self._domain.get(key) == domain}
-        return sorted(found)
+            hits = [h for h in hits if self._domain.get(h.doc_key) == domain]
+        return sorted(hits, key=lambda h: (h.doc_key, h.kind, h.term))

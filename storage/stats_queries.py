@@ -16,7 +16,8 @@ from typing import Any
 from storage.schema import SchemaVersionError, current_version, latest_version
 
 LOOKUP = "lookup_knowledge"
-BLOCKING_REASONS = ("circuit_open", "missing_dimension_required")
+# Refusals that skip retrieval altogether (a closed session).
+BLOCKING_REASONS = ("circuit_open",)
 # Top similarities are counted in buckets this wide; the summary merges them for display.
 SIMILARITY_BUCKET = 0.005
 

@@ -24,7 +24,9 @@ logger = logging.getLogger(__name__)
 
 VECTOR_FIELD = "vector"
 # Only what grouping by document needs; fetching unused fields costs time on every search.
-SEARCH_FIELDS = ["doc_key", "doc_hash"]
+SEARCH_FIELDS = ["doc_key"]
+# Bumped when the collection's fields change, so an old data directory is re-ingested, not misread.
+LAYOUT = "c3"
 _HNSW = {"M": 16, "efConstruction": 200}
 _SEARCH_EF_MIN = 64
 
@@ -35,16 +37,15 @@ class StoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class ChunkHit:
+    chunk_id: str
     doc_key: str
-    doc_hash: str
     score: float  # the COSINE metric's raw score, as Milvus returned it
 
 
 @dataclass(frozen=True)
 class ChunkRow:
+    chunk_id: str
     doc_key: str
-    doc_hash: str
-    chunk_index: int
     domain: str
     language: str
     vector: np.ndarray
@@ -52,7 +53,7 @@ class ChunkRow:
 
 def collection_name(prefix: str, embedder: str, dim: int) -> str:
     """One collection per embedder and dimension, so vectors of two models never mix."""
-    return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', embedder)}_{dim}"
+    return f"{prefix}_{re.sub(r'[^0-9A-Za-z_]', '_', embedder)}_{dim}_{LAYOUT}"
 
 
 def string_literal(value: str) -> str:
@@ -60,9 +61,13 @@ def string_literal(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def chunk_id(doc_key: str, doc_hash: str, index: int) -> str:
-    """Deterministic primary key: re-running a killed ingest upserts, never duplicates."""
-    return hashlib.sha1(f"{doc_key}\x00{doc_hash}\x00{index}".encode()).hexdigest()
+def chunk_id(doc_key: str, embedded_text: str, occurrence: int = 0) -> str:
+    """Content-addressed primary key: an unchanged chunk keeps its id (and vector) across edits.
+
+    ``occurrence`` tells apart identical chunks within one document. Re-running a killed ingest
+    upserts the same ids, never duplicates.
+    """
+    return hashlib.sha1(f"{doc_key}\x00{occurrence}\x00{embedded_text}".encode()).hexdigest()
 
 
 class MilvusVectorStore:
@@ -94,8 +99,6 @@ class MilvusVectorStore:
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=40)
         schema.add_field("doc_key", DataType.VARCHAR, max_length=2048)
-        schema.add_field("doc_hash", DataType.VARCHAR, max_length=64)
-        schema.add_field("chunk_index", DataType.INT32)
         schema.add_field("domain", DataType.VARCHAR, max_length=256)
         schema.add_field("lang", DataType.VARCHAR, max_length=8)
         schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dim)
@@ -119,10 +122,8 @@ class MilvusVectorStore:
             self.collection,
             [
                 {
-                    "id": chunk_id(r.doc_key, r.doc_hash, r.chunk_index),
+                    "id": r.chunk_id,
                     "doc_key": r.doc_key,
-                    "doc_hash": r.doc_hash,
-                    "chunk_index": r.chunk_index,
                     "domain": r.domain,
                     "lang": r.language,
                     VECTOR_FIELD: r.vector.tolist(),
@@ -131,12 +132,14 @@ class MilvusVectorStore:
             ],
         )
 
-    def delete_document(self, doc_key: str, *, keep_hash: str | None = None) -> None:
-        """Delete doc_key's chunks, except those of keep_hash (the visible version)."""
-        expr = f"doc_key == {string_literal(doc_key)}"
-        if keep_hash is not None:
-            expr += f" and doc_hash != {string_literal(keep_hash)}"
-        self._client.delete(self.collection, filter=expr)
+    def delete_document(self, doc_key: str) -> None:
+        """Delete every chunk of doc_key (a filter scan: only for removed documents)."""
+        self._client.delete(self.collection, filter=f"doc_key == {string_literal(doc_key)}")
+
+    def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
+        """Delete chunks by primary key: no scan of the collection."""
+        if chunk_ids:
+            self._client.delete(self.collection, ids=list(chunk_ids))
 
     def flush_and_load(self) -> None:
         """Seal segments and build the index: an unflushed Lite collection searches ~50x slower."""
@@ -149,18 +152,9 @@ class MilvusVectorStore:
         *,
         limit: int,
         domain: str | None,
-        language: str | None = None,
-        exclude_language: str | None = None,
     ) -> list[ChunkHit]:
-        """The nearest chunks, optionally only of one domain, only of or not of one language."""
-        clauses = []
-        if domain is not None:
-            clauses.append(f"domain == {string_literal(domain)}")
-        if language is not None:
-            clauses.append(f"lang == {string_literal(language)}")
-        if exclude_language is not None:
-            clauses.append(f"lang != {string_literal(exclude_language)}")
-        expr = " and ".join(clauses)
+        """The nearest chunks, optionally only of one domain."""
+        expr = f"domain == {string_literal(domain)}" if domain is not None else ""
         result = self._client.search(
             self.collection,
             data=[vector.tolist()],
@@ -170,23 +164,19 @@ class MilvusVectorStore:
             search_params={"metric_type": "COSINE", "params": {"ef": max(_SEARCH_EF_MIN, limit)}},
         )
         return [
-            ChunkHit(hit["entity"]["doc_key"], hit["entity"]["doc_hash"], float(hit["distance"]))
-            for hit in result[0]
+            ChunkHit(str(hit["id"]), hit["entity"]["doc_key"], float(hit["distance"])) for hit in result[0]
         ]
 
     def count(self) -> int:
         rows = self._client.query(self.collection, filter="", output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
-    def chunk_keys(self, doc_key: str) -> list[tuple[str, int]]:
-        """(doc_hash, chunk_index) of every stored chunk of doc_key, for consistency checks."""
+    def chunk_ids(self, doc_key: str) -> list[str]:
+        """The ids of every stored chunk of doc_key, for consistency checks."""
         rows = self._client.query(
-            self.collection,
-            filter=f"doc_key == {string_literal(doc_key)}",
-            output_fields=["doc_hash", "chunk_index"],
-            limit=16384,
+            self.collection, filter=f"doc_key == {string_literal(doc_key)}", output_fields=["id"], limit=16384
         )
-        return sorted((r["doc_hash"], int(r["chunk_index"])) for r in rows)
+        return sorted(str(r["id"]) for r in rows)
 
 
 def is_lite_uri(uri: str) -> bool:

@@ -23,9 +23,9 @@ PYTHON = sys.executable
 @pytest.fixture(scope="session")
 def e5_embedder() -> Any:
     """The real bundled multilingual-e5-small, loaded once."""
-    from retrieval.embedders import CachedEmbedder, E5SmallEmbedder
+    from retrieval.embedders import CachedEmbedder, create_embedder
 
-    return CachedEmbedder(E5SmallEmbedder(), size=4096)
+    return CachedEmbedder(create_embedder("e5-small"), size=4096)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 from server.cli import main
+from server.settings import load_settings
+from tests.conftest import SAMPLE_KB
 from tests.helpers import CLI, ROOT, cli_env
 
 
@@ -99,52 +102,62 @@ def test_map_lists_every_domain(capsys: pytest.CaptureFixture[str], data_dir: Pa
     assert onboarding["document_count"] == 6
 
 
-def test_calibrate_reports_and_writes_thresholds(
-    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+def _evaluation_set(root: Path, domain: str, questions: list[dict[str, Any]]) -> Path:
+    shutil.copytree(SAMPLE_KB / domain, root / "kb" / domain)
+    (root / "questions.jsonl").write_text(
+        "\n".join(json.dumps(q, ensure_ascii=False) for q in questions) + "\n", encoding="utf-8"
+    )
+    return root
+
+
+def test_calibrate_reports_held_out_figures_and_writes_the_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    queries = tmp_path / "q.jsonl"
-    queries.write_text(
-        "\n".join(
-            json.dumps(line, ensure_ascii=False)
-            for line in [
-                {"query": "ERR_TIMEOUT 是什么", "doc": "error-codes/err-timeout.md"},
-                {"query": "数据库连接池怎么配置", "doc": "infrastructure/hikaricp-pool-config.md"},
-                {
-                    "query": "how do I raise the gateway timeout for a slow report export endpoint",
-                    "doc": "api/gateway-timeouts.md",
-                },
-                {"query": "how do I bake sourdough bread", "doc": None},
-            ]
-        )
-        + "\n",
-        encoding="utf-8",
+    off_topic = [
+        {"query": "how do I bake sourdough bread", "doc": None, "kind": "offtopic"},
+        {"query": "明天北京天气怎么样", "doc": None, "kind": "offtopic"},
+    ]
+    api = _evaluation_set(
+        tmp_path / "api-set",
+        "api",
+        [
+            {"query": "where do partners put their key in the request", "doc": "api/api-keys.md"},
+            {"query": "how long is a webhook retried", "doc": "api/webhooks.md"},
+            {"query": "what happens when a client sends too many requests", "doc": "api/rate-limiting.md"},
+            *off_topic,
+        ],
+    )
+    errors = _evaluation_set(
+        tmp_path / "error-set",
+        "error-codes",
+        [
+            {"query": "ERR_TIMEOUT 是什么", "doc": "error-codes/err-timeout.md", "kind": "code"},
+            {"query": "两个事务互相等待锁怎么办", "doc": "error-codes/db-e2001-deadlock.md"},
+            {"query": "the access token expired, what now", "doc": "error-codes/auth-e401-expired.md"},
+            *off_topic,
+        ],
     )
     config = tmp_path / "config.yaml"
     config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
     code, report = _run(
-        capsys,
-        "calibrate",
-        str(queries),
-        "--json",
-        "--write",
-        "--config",
-        str(config),
-        "--data-dir",
-        str(data_dir),
+        capsys, "calibrate", str(api), str(errors), "--json", "--write", "--config", str(config),
+        "--data-dir", str(tmp_path / "data"),
     )
     assert code == 0
-    assert report["queries"] == 4 and report["answerable"] == 3
-    assert report["current"]["hit_at_1"] == 1.0
-    assert report["proposed"]["tier_accuracy"] >= report["current"]["tier_accuracy"]
+    assert set(report["held_out"]) == {"api-set", "error-set"}
+    assert report["held_out_total"]["questions"] == 10
+    assert report["held_out"]["error-set"]["codes_precise"] == "1/1"
     written = yaml.safe_load(config.read_text(encoding="utf-8"))
     assert written["log"] == {"log_queries": True}
-    assert written["relevance"]["thresholds"]["e5-small"] == report["proposed"]["thresholds"]
+    assert written["relevance"]["models"]["e5-small"] == report["fitted_on_all"]
+    assert load_settings(config, data_dir=tmp_path).tier_model.model_dump() == report["fitted_on_all"]
 
 
 def test_calibrate_rejects_a_malformed_query_file(
     capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
 ) -> None:
-    bad = tmp_path / "bad.jsonl"
+    bad = tmp_path / "set" / "questions.jsonl"
+    bad.parent.mkdir()
     bad.write_text('{"query": "ok", "doc": null}\nnot json\n', encoding="utf-8")
-    assert main(["calibrate", str(bad), "--data-dir", str(data_dir)]) == 2
+    assert main(["calibrate", str(bad.parent), "--data-dir", str(data_dir)]) == 2
     assert f"{bad}:2: not JSON" in capsys.readouterr().err

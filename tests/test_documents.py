@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.documents import Candidate, DocumentError, chunk_markdown, discover, load_document
+from storage.documents import Candidate, ChunkingRule, DocumentError, chunk_markdown, discover, load_document
 
 
 def _write(root: Path, rel: str, text: str | bytes) -> Candidate:
@@ -27,7 +27,7 @@ def test_front_matter_fields_are_read(tmp_path: Path) -> None:
             "---\ntitle: Pool\ndomain: infrastructure\nkeywords: [HikariCP, 连接池]\nsummary: S\n"
             "domain_description: D\nwhen_to_retrieve: W\n---\n# Heading\n\nBody text.\n",
         ),
-        max_chars=500,
+        rule=ChunkingRule(max_chars=500),
     )
     assert (doc.title, doc.domain, doc.keywords) == ("Pool", "infrastructure", ("HikariCP", "连接池"))
     assert (doc.summary, doc.domain_description, doc.when_to_retrieve) == ("S", "D", "W")
@@ -36,7 +36,7 @@ def test_front_matter_fields_are_read(tmp_path: Path) -> None:
 
 def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_path: Path) -> None:
     doc = load_document(
-        _write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), max_chars=500
+        _write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), rule=ChunkingRule(max_chars=500)
     )
     assert doc.title == "Dev setup"
     assert doc.domain == "onboarding"
@@ -44,12 +44,12 @@ def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_pat
 
 
 def test_category_is_accepted_as_an_alias_of_domain(tmp_path: Path) -> None:
-    doc = load_document(_write(tmp_path, "x/a.md", "---\ncategory: api\n---\ntext"), max_chars=500)
+    doc = load_document(_write(tmp_path, "x/a.md", "---\ncategory: api\n---\ntext"), rule=ChunkingRule(max_chars=500))
     assert doc.domain == "api"
 
 
 def test_txt_file_at_the_root_gets_the_general_domain_and_file_stem_title(tmp_path: Path) -> None:
-    doc = load_document(_write(tmp_path, "glossary.txt", "term: meaning"), max_chars=500)
+    doc = load_document(_write(tmp_path, "glossary.txt", "term: meaning"), rule=ChunkingRule(max_chars=500))
     assert (doc.title, doc.domain) == ("glossary", "general")
 
 
@@ -69,7 +69,7 @@ def test_bad_files_raise_document_error_with_reason(
     tmp_path: Path, content: str | bytes, reason_prefix: str
 ) -> None:
     with pytest.raises(DocumentError) as caught:
-        load_document(_write(tmp_path, "bad.md", content), max_chars=500)
+        load_document(_write(tmp_path, "bad.md", content), rule=ChunkingRule(max_chars=500))
     assert caught.value.reason.startswith(reason_prefix)
     assert str(caught.value).startswith("bad.md: ")
 
@@ -77,7 +77,7 @@ def test_bad_files_raise_document_error_with_reason(
 def test_unreadable_file_is_reported(tmp_path: Path) -> None:
     (tmp_path / "gone.md").symlink_to(tmp_path / "missing-target.md")
     with pytest.raises(DocumentError, match="unreadable"):
-        load_document(Candidate("gone.md", tmp_path / "gone.md"), max_chars=500)
+        load_document(Candidate("gone.md", tmp_path / "gone.md"), rule=ChunkingRule(max_chars=500))
 
 
 def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
@@ -86,7 +86,7 @@ def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
         + ("alpha sentence. " * 80)
         + "\n\n## B\n\nshort b\n\n```\n# not a heading\n```\n"
     )
-    chunks = list(chunk_markdown(body, title="T", max_chars=300))
+    chunks = list(chunk_markdown(body, title="T", rule=ChunkingRule(max_chars=300)))
     assert all(len(c.text) <= 300 for c in chunks)
     assert [c.index for c in chunks] == list(range(len(chunks)))
     assert any(c.heading == "A" for c in chunks)
@@ -96,18 +96,18 @@ def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
 
 
 def test_small_sections_merge_into_one_chunk() -> None:
-    chunks = list(chunk_markdown("# T\n\n## A\n\na\n\n## B\n\nb", title="T", max_chars=500))
+    chunks = list(chunk_markdown("# T\n\n## A\n\na\n\n## B\n\nb", title="T", rule=ChunkingRule(max_chars=500)))
     assert len(chunks) == 1
     assert "## A" in chunks[0].text and "## B" in chunks[0].text
 
 
 def test_content_hash_changes_with_content_and_chunk_size(tmp_path: Path) -> None:
     cand = _write(tmp_path, "a.md", "# A\n\ntext")
-    first = load_document(cand, max_chars=500).content_hash
-    assert load_document(cand, max_chars=500).content_hash == first
-    assert load_document(cand, max_chars=600).content_hash != first
+    first = load_document(cand, rule=ChunkingRule(max_chars=500)).content_hash
+    assert load_document(cand, rule=ChunkingRule(max_chars=500)).content_hash == first
+    assert load_document(cand, rule=ChunkingRule(max_chars=600)).content_hash != first
     _write(tmp_path, "a.md", "# A\n\ntext changed")
-    assert load_document(cand, max_chars=500).content_hash != first
+    assert load_document(cand, rule=ChunkingRule(max_chars=500)).content_hash != first
 
 
 def test_discovery_refuses_symlinks_that_escape_the_root(tmp_path: Path) -> None:
@@ -125,3 +125,27 @@ def test_discovery_refuses_symlinks_that_escape_the_root(tmp_path: Path) -> None
     assert found["leakdir"] == "symlink escapes the knowledge base root"
     assert ".hidden.md" not in found
     assert not any(key.startswith("leakdir/") for key in found)
+
+
+def test_chunks_carry_their_heading_path() -> None:
+    body = "# Runbook\n\n## Deploying\n\nintro\n\n### Rollback\n\nhow to roll back\n"
+    chunks = list(chunk_markdown(body, title="Runbook", rule=ChunkingRule(max_chars=30)))
+    assert [c.heading for c in chunks][-1] == "Deploying › Rollback"
+
+
+def test_chunks_stay_within_the_token_limit_of_the_embedder() -> None:
+    def count(text: str) -> int:  # one token per character, as for dense Chinese text
+        return len(text)
+
+    body = "## 章节\n\n" + "连接池的最大连接数应当按照数据库的承载能力设置。" * 40
+    rule = ChunkingRule(max_chars=5000, max_tokens=200, count_tokens=count)
+    chunks = list(chunk_markdown(body, title="连接池", rule=rule))
+    assert len(chunks) > 3
+    assert all(count(f"连接池 › 章节\n{c.text}") <= 200 for c in chunks)
+    assert "".join(c.text for c in chunks).count("连接池的最大连接数") == 40
+
+
+def test_identifiers_are_collected_from_the_body(tmp_path: Path) -> None:
+    body = "---\ntitle: Runbook\n---\n## Codes\n\n| code | meaning |\n|---|---|\n| `KAFKA_E503_REBALANCE` | slow |\n"
+    doc = load_document(_write(tmp_path, "ops/runbook.md", body), rule=ChunkingRule(max_chars=500))
+    assert doc.identifiers == ("KAFKA_E503_REBALANCE",)

@@ -70,7 +70,7 @@ def _catalog_progress(data_dir: Path) -> tuple[int, int]:
 def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_duplicates(
     tmp_path: Path, e5_embedder: Any
 ) -> None:
-    from server.runtime import open_runtime
+    from server.runtime import chunking_rule, open_runtime
     from server.settings import load_settings
     from storage.documents import discover, load_document
 
@@ -104,14 +104,15 @@ def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_
     try:
         expected = {
             doc.doc_key: doc
-            for doc in (load_document(c, max_chars=settings.chunking.max_chars) for c in discover(kb))
+            for doc in (load_document(c, rule=chunking_rule(settings, runtime.embedder)) for c in discover(kb))
         }
         entries = {entry.doc_key: entry for entry in runtime.catalog.entries()}
         assert set(entries) == set(expected), "missing or extra documents"
         for key, doc in expected.items():
             assert entries[key].content_hash == doc.content_hash
             # Exactly the chunks of the visible version: no duplicates, no chunks of a killed write.
-            assert runtime.store.chunk_keys(key) == [(doc.content_hash, i) for i in range(len(doc.chunks))]
+            assert runtime.store.chunk_ids(key) == sorted(runtime.catalog.chunk_ids(key))
+            assert len(runtime.store.chunk_ids(key)) == len(doc.chunks)
         assert runtime.store.count() == sum(len(doc.chunks) for doc in expected.values())
         assert runtime.catalog.pending() == {}
         assert not runtime.ingestor().run(kb).changed

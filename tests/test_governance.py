@@ -27,19 +27,23 @@ def calls(n: int) -> Usage:
     return Usage(calls=n, tokens=0, domains=0)
 
 
+CALLS = GovernanceConfig(water_metric="calls")
+
+
 @pytest.mark.parametrize(
     ("n", "level"),
     [(1, "LOW"), (3, "LOW"), (4, "MEDIUM"), (7, "MEDIUM"), (8, "HIGH"), (20, "HIGH")],
 )
 def test_call_count_water_level_is_low_up_to_3_medium_to_7_and_high_from_8(n: int, level: str) -> None:
-    assert water_level(GovernanceConfig(), calls(n)) is WaterLevel(level)
+    assert water_level(CALLS, calls(n)) is WaterLevel(level)
 
 
-def test_tokens_metric_measures_content_tokens_returned() -> None:
-    config = GovernanceConfig(water_metric="tokens")
-    assert water_level(config, Usage(calls=50, tokens=3000, domains=0)) is WaterLevel.LOW
-    assert water_level(config, Usage(calls=1, tokens=3001, domains=0)) is WaterLevel.MEDIUM
-    assert water_level(config, Usage(calls=1, tokens=9001, domains=0)) is WaterLevel.HIGH
+def test_the_default_metric_is_content_tokens_delivered() -> None:
+    config = GovernanceConfig()
+    assert config.water_metric == "tokens"
+    assert water_level(config, Usage(calls=50, tokens=4000, domains=0)) is WaterLevel.LOW
+    assert water_level(config, Usage(calls=1, tokens=4001, domains=0)) is WaterLevel.MEDIUM
+    assert water_level(config, Usage(calls=1, tokens=12001, domains=0)) is WaterLevel.HIGH
 
 
 def test_domains_metric_measures_domains_retrieved() -> None:
@@ -60,13 +64,12 @@ DEFAULT_MATRIX = {
 
 @pytest.mark.parametrize("tier", list(DEFAULT_MATRIX))
 def test_default_matrix_decides_next_call_per_tier_and_water_level(tier: Tier) -> None:
-    config = GovernanceConfig()
-    got = tuple(decide(config, tier, calls(n)).next_call for n in (2, 5, 9))
+    got = tuple(decide(CALLS, tier, calls(n)).next_call for n in (2, 5, 9))
     assert got == DEFAULT_MATRIX[tier]
 
 
 def test_guidance_key_separates_budget_stop_from_dedup_stop() -> None:
-    config = GovernanceConfig()
+    config = CALLS
     assert decide(config, Tier.DEDUPED, calls(1)).guidance_key == "stop_deduped"
     assert decide(config, Tier.DEDUPED, calls(9)).guidance_key == "stop_budget"
     assert decide(config, Tier.PRECISE, calls(9)).guidance_key == "stop_budget"
@@ -77,25 +80,23 @@ def test_guidance_key_separates_budget_stop_from_dedup_stop() -> None:
 def test_configured_matrix_replaces_the_default_decision() -> None:
     matrix = GovernanceConfig().matrix
     matrix[Tier.DEDUPED] = {WaterLevel.LOW: TARGETED, WaterLevel.MEDIUM: STOP, WaterLevel.HIGH: STOP}
-    config = GovernanceConfig(matrix=matrix)
+    config = GovernanceConfig(matrix=matrix, water_metric="calls")
     assert decide(config, Tier.DEDUPED, calls(1)).next_call is TARGETED
 
 
 def test_guidance_renders_the_usage_in_english_and_chinese() -> None:
-    config = GovernanceConfig()
+    config = CALLS
     english = guidance_text(config, "allow", "en", calls(2))
     chinese = guidance_text(config, "allow", "zh", calls(2))
-    assert english.startswith("enough budget (2 lookups used, water level LOW)")
-    assert chinese.startswith("检索预算充足（已调用 2 次，水位 LOW）")
-    assert guidance_text(config, "stop_budget", "en", calls(9)).startswith(
-        "budget high: answer from what you have"
-    )
+    assert english.startswith("2 lookups, water LOW: look up again only for a topic you do not hold")
+    assert chinese.startswith("已调用 2 次，水位 LOW")
+    assert guidance_text(config, "stop_budget", "en", calls(9)).startswith("budget used up: answer from what you have")
 
 
 def test_guidance_falls_back_to_english_for_a_language_without_templates() -> None:
     english_only = {"en": GovernanceConfig().guidance["en"]}
     config = GovernanceConfig(guidance=english_only)
-    assert guidance_text(config, "circuit_open", "zh", calls(1)).startswith("lookup_knowledge is closed")
+    assert guidance_text(config, "circuit_open", "zh", calls(1)).startswith("closed for this session")
 
 
 # -- validation ---------------------------------------------------------------------
@@ -150,6 +151,13 @@ def test_config_with_a_water_metric_without_bounds_is_rejected(tmp_path: Path) -
         "governance:\n  water_metric: tokens\n  levels:\n    calls: {low_max: 3, medium_max: 7}\n",
     )
     assert "levels has no bounds for water_metric 'tokens'" in message
+
+
+def test_every_guidance_text_leaves_room_in_a_200_character_refusal() -> None:
+    for language, texts in GovernanceConfig().guidance.items():
+        for key, text in texts.items():
+            rendered = text.format(calls_used=99, water_level="MEDIUM")
+            assert len(rendered) <= 110, (language, key, len(rendered))
 
 
 def test_config_with_an_unknown_water_metric_names_the_field(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import anyio
 import pytest
 from mcp import Client
 
-from retrieval.service import LookupRequest
 from server.cli import main
 from server.config_watch import SettingsHolder
 from server.settings import load_settings
@@ -19,11 +18,14 @@ from server.settings import load_settings
 QUERY = "如何排查生产故障？"
 
 
-def write_config(path: Path, *, highly_relevant: float, reference: float, extra: str = "") -> None:
+def write_config(path: Path, *, top_right: float, feature: str = "gap", extra: str = "") -> None:
+    """A tier model whose top-document probability is 0.5 for every query: the threshold decides."""
     path.write_text(
         "relevance:\n"
-        "  thresholds:\n"
-        f"    e5-small: {{highly_relevant: {highly_relevant:.4f}, reference: {reference:.4f}}}\n" + extra,
+        "  models:\n"
+        "    e5-small:\n"
+        "      on_topic: {weights: {}, bias: 5.0, threshold: 0.5}\n"
+        f"      top_right: {{weights: {{{feature}: 0.0}}, bias: 0.0, threshold: {top_right}}}\n" + extra,
         encoding="utf-8",
     )
 
@@ -37,80 +39,58 @@ async def lookup(client: Client, query: str, session: str, **args: Any) -> dict[
     return result.structured_content
 
 
-async def top_similarity(server: Any, query: str) -> float:
-    """The similarity the tier of ``query`` is graded on, as the invocation log records it."""
-    service = await server.resources_state.lookup_service()
-    outcome = await service.lookup(LookupRequest(query), session_key=None, scope="none")
-    assert outcome.details["l0_match_count"] == 0, outcome.details["l0_titles"]
-    similarity = float(outcome.details["l1_top_similarity"])
-    logging.getLogger(__name__).info("top similarity of %r: %.4f", query, similarity)
-    return similarity
-
-
-async def test_editing_highly_relevant_changes_the_tier_of_the_next_lookup(
+async def test_editing_the_tier_model_changes_the_tier_of_the_next_lookup(
     tmp_path: Path, make_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = tmp_path / "config.yaml"
-    write_config(config, highly_relevant=0.896, reference=0.886)
+    write_config(config, top_right=0.4)
     server = make_server(config)
     holder: SettingsHolder = server.resources_state.holder
     async with Client(server) as client:
-        similarity = await top_similarity(server, QUERY)
-        # Thresholds on either side of the measured similarity, so the test does not depend on
-        # the exact score: below it the query grades HIGHLY_RELEVANT, above it REFERENCE.
-        write_config(config, highly_relevant=similarity - 0.002, reference=similarity - 0.01)
-        assert holder.check() is True
         before = await lookup(client, QUERY, "before")
-
-        write_config(config, highly_relevant=similarity + 0.002, reference=similarity - 0.01)
+        write_config(config, top_right=0.6)
         assert holder.check() is True
         after = await lookup(client, QUERY, "after")
-
         with caplog.at_level(logging.ERROR, logger="server.config_watch"):
-            write_config(config, highly_relevant=2.0, reference=similarity - 0.01)
+            write_config(config, top_right=2.0)
             assert holder.check() is False
         kept = await lookup(client, QUERY, "kept")
 
     assert before["relevance_level"] == "HIGHLY_RELEVANT"
     assert after["relevance_level"] == "REFERENCE"
     assert kept["relevance_level"] == "REFERENCE"
-    assert holder.current().thresholds.highly_relevant == pytest.approx(similarity + 0.002, abs=1e-4)
+    assert holder.current().tier_model.top_right.threshold == 0.6
     assert holder.last_error is not None
     assert (
-        f"invalid configuration in {config}: relevance.thresholds.e5-small.highly_relevant:"
-        in holder.last_error
+        f"invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:" in holder.last_error
     )
     assert "config reload rejected, keeping the previous settings" in caplog.text
-    assert "relevance.thresholds.e5-small.highly_relevant" in caplog.text
 
 
-def test_reference_above_highly_relevant_is_rejected_naming_the_embedder_entry(tmp_path: Path) -> None:
+def test_an_unknown_feature_is_rejected_naming_the_embedder_entry(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    write_config(config, highly_relevant=0.9, reference=0.88)
+    write_config(config, top_right=0.5)
     holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
-    write_config(config, highly_relevant=0.9, reference=0.95)
+    write_config(config, top_right=0.5, feature="cosine")
     assert holder.check() is False
     assert holder.last_error is not None
-    assert (
-        "relevance.thresholds.e5-small: Value error, reference (0.95) must not exceed highly_relevant (0.9)"
-        in (holder.last_error)
-    )
-    assert holder.current().thresholds.reference == 0.88
+    assert "relevance.models.e5-small.top_right: Value error, unknown feature(s) cosine" in holder.last_error
+    assert holder.current().tier_model.top_right.weights == {"gap": 0.0}
     assert holder.reload_errors == 1
 
 
 def test_unparseable_yaml_keeps_the_old_config_and_a_fix_is_applied(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    write_config(config, highly_relevant=0.9, reference=0.88)
+    write_config(config, top_right=0.5)
     holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
     config.write_text("relevance: [unclosed\n", encoding="utf-8")
     assert holder.check() is False
     assert holder.last_error is not None and holder.last_error.startswith(
         f"config file '{config}' is not valid YAML"
     )
-    write_config(config, highly_relevant=0.91, reference=0.88)
+    write_config(config, top_right=0.55)
     assert holder.check() is True
-    assert holder.current().thresholds.highly_relevant == 0.91
+    assert holder.current().tier_model.top_right.threshold == 0.55
     assert holder.last_error is None
 
 
@@ -158,13 +138,11 @@ def test_invalid_config_at_start_up_exits_before_serving_and_names_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    write_config(config, highly_relevant=2.0, reference=0.5)
+    write_config(config, top_right=2.0)
     code = main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith(
-        f"error: invalid configuration in {config}: relevance.thresholds.e5-small.highly_relevant:"
-    )
+    assert err.startswith(f"error: invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:")
     assert not (tmp_path / "data").exists()  # nothing was opened
 
 

@@ -40,8 +40,8 @@ def runtime(tmp_path: Path, e5_embedder: Any) -> Iterator[Runtime]:
     rt.close()
 
 
-def _stored(rt: Runtime) -> dict[str, list[tuple[str, int]]]:
-    return {key: rt.store.chunk_keys(key) for key in [*DOCS, "new/doc.md"] if rt.store.chunk_keys(key)}
+def _stored(rt: Runtime) -> dict[str, list[str]]:
+    return {key: rt.store.chunk_ids(key) for key in [*DOCS, "new/doc.md"] if rt.store.chunk_ids(key)}
 
 
 def test_ingest_twice_changes_nothing_the_second_time(tmp_path: Path, runtime: Runtime) -> None:
@@ -66,8 +66,27 @@ def test_editing_one_file_replaces_only_its_chunks(tmp_path: Path, runtime: Runt
     after = _stored(runtime)
     assert after["infra/pool.md"] == before["infra/pool.md"]
     assert after["errors/timeout.md"] == before["errors/timeout.md"]
-    new_hashes = {h for h, _ in after["api/limits.md"]}
-    assert len(new_hashes) == 1 and new_hashes != {h for h, _ in before["api/limits.md"]}
+    assert after["api/limits.md"] != before["api/limits.md"]
+    assert after["api/limits.md"] == sorted(runtime.catalog.chunk_ids("api/limits.md"))
+
+
+def test_editing_one_section_embeds_only_that_section(tmp_path: Path, e5_embedder: Any) -> None:
+    sections = "".join(f"## Part {i}\n\nStep {i}: check the gauge number {i} and write it down.\n\n" for i in range(12))
+    kb = _kb(tmp_path / "kb", {"ops/runbook.md": "---\ntitle: Runbook\n---\n" + sections})
+    settings = load_settings(None, data_dir=tmp_path / "data", chunking={"max_chars": 100})
+    rt = open_runtime(settings, embedder=e5_embedder)
+    try:
+        first = rt.ingestor().run(kb)
+        (kb / "ops/runbook.md").write_text(
+            "---\ntitle: Runbook\n---\n" + sections.replace("gauge number 7 ", "gauge number 7 twice "), encoding="utf-8"
+        )
+        second = rt.ingestor().run(kb)
+        stored = rt.store.chunk_ids("ops/runbook.md")
+    finally:
+        rt.close()
+    assert first.chunks == first.embedded == 12
+    assert second.updated == ["ops/runbook.md"] and second.chunks == 12 and second.embedded == 1
+    assert len(stored) == 12  # the replaced chunk left the store in the same switch
 
 
 def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runtime: Runtime) -> None:
@@ -76,7 +95,7 @@ def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runt
     (kb / "infra/pool.md").unlink()
     report = runtime.ingestor().run(kb)
     assert report.deleted == ["infra/pool.md"]
-    assert runtime.store.chunk_keys("infra/pool.md") == []
+    assert runtime.store.chunk_ids("infra/pool.md") == []
     assert "infra/pool.md" not in runtime.catalog.hashes()
     assert runtime.store.count() == 2
 
@@ -109,7 +128,7 @@ def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "failed: bad/yaml.md: broken YAML front matter" in proc.stderr
     assert "failed: bad/blob.md: binary file" in proc.stderr
-    assert proc.stdout.startswith("added 3, updated 0, deleted 0, skipped 0, failed 2, chunks 3")
+    assert proc.stdout.startswith("added 3, updated 0, deleted 0, skipped 0, failed 2, chunks 3 (3 embedded)")
 
 
 def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
@@ -134,7 +153,7 @@ def test_interrupted_update_never_shows_a_mix_and_is_repaired(tmp_path: Path, ru
     # Crash after the new chunks are upserted but before the catalog switch commits.
     real_commit = runtime.catalog.commit_document
 
-    def crash(doc: Any) -> None:
+    def crash(doc: Any, chunks: Any) -> None:
         raise KeyboardInterrupt("simulated kill")
 
     runtime.catalog.commit_document = crash  # type: ignore[method-assign]
@@ -142,19 +161,19 @@ def test_interrupted_update_never_shows_a_mix_and_is_repaired(tmp_path: Path, ru
         runtime.ingestor().run(kb)
     runtime.catalog.commit_document = real_commit  # type: ignore[method-assign]
 
-    stored_hashes = {h for h, _ in runtime.store.chunk_keys("api/limits.md")}
-    assert len(stored_hashes) == 2  # both versions exist in Milvus...
+    visible = set(runtime.catalog.chunk_ids("api/limits.md"))
+    stored = set(runtime.store.chunk_ids("api/limits.md"))
+    assert len(stored) == 2 and visible < stored  # both versions exist in Milvus...
     runtime.engine.view()
-    evidence = runtime.engine.retrieve("rate limit 429", None, 3)
-    assert "api/limits.md" in dict(evidence.similarities)  # ...but only the committed one is visible
+    evidence = runtime.engine.retrieve("rate limit 429", None)
+    hits = {h.chunk_id for h in evidence.dense if h.doc_key == "api/limits.md"}
+    assert hits == visible  # ...but only the committed one is visible
     assert runtime.catalog.hashes()["api/limits.md"] == old_hash
     assert runtime.catalog.pending()
 
     report = runtime.ingestor().run(kb)
     assert report.repaired == 1 and report.updated == ["api/limits.md"]
-    assert {h for h, _ in runtime.store.chunk_keys("api/limits.md")} == {
-        runtime.catalog.hashes()["api/limits.md"]
-    }
+    assert runtime.store.chunk_ids("api/limits.md") == sorted(runtime.catalog.chunk_ids("api/limits.md"))
     assert runtime.store.count() == 3 and not runtime.catalog.pending()
 
 

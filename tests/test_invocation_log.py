@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 import anyio
 import pytest
 
-from retrieval.tracker import SessionMemory
 from storage.invocation_log import InvocationLog, InvocationRecord, hash_text
 from storage.schema import SchemaVersionError, latest_version, migrate
 
@@ -211,15 +209,9 @@ async def test_a_log_whose_directory_cannot_be_created_fails_without_raising(tmp
 
 
 # -- action memory ---------------------------------------------------------------------------
-def session_memory(calls: int = 2) -> SessionMemory:
-    return SessionMemory(
-        domains={"error-codes": {"error-codes/err-timeout.md"}},
-        titles={"error-codes/err-timeout.md": "ERR_TIMEOUT"},
-        calls=calls,
-        retrievals=calls,
-        tokens=300,
-        next_call="TARGETED_ONLY",
-    )
+def session_memory(calls: int = 2) -> str:
+    """Storage keeps a session's memory as opaque JSON: any JSON text round-trips."""
+    return json.dumps({"calls": calls, "documents": {"error-codes/err-timeout.md": ["c1"]}})
 
 
 async def test_queued_memory_rides_in_the_next_row_and_restores_within_the_ttl(tmp_path: Path) -> None:
@@ -239,11 +231,9 @@ async def test_queued_memory_rides_in_the_next_row_and_restores_within_the_ttl(t
         restored = await log.load_memories(ttl_seconds=1800)
     finally:
         await log.close()
-    ((key, memory, age),) = restored
+    ((key, state, age),) = restored
     assert key == "s1" and age == pytest.approx(60)
-    assert memory.domains == {"error-codes": {"error-codes/err-timeout.md"}}
-    assert (memory.calls, memory.retrievals, memory.tokens, memory.next_call) == (2, 2, 300, "TARGETED_ONLY")
-    assert memory.titles == {"error-codes/err-timeout.md": "ERR_TIMEOUT"}
+    assert state == session_memory(calls=2)
 
 
 async def test_memory_older_than_the_ttl_is_not_restored_and_is_deleted(tmp_path: Path) -> None:
@@ -277,15 +267,3 @@ async def test_memory_of_a_failed_write_is_kept_for_the_next_one(log: Invocation
         blocker.close()
     assert await log.record(make_record())
     assert [r["session_key"] for r in rows(log.path, "SELECT * FROM session_memory")] == ["s1"]
-
-
-# -- cost ------------------------------------------------------------------------------------
-@pytest.mark.slow
-async def test_the_median_commit_of_a_row_stays_within_a_few_milliseconds(log: InvocationLog) -> None:
-    timings = []
-    for index in range(300):
-        started = time.perf_counter()
-        assert await log.record(make_record(call_index=index))
-        timings.append((time.perf_counter() - started) * 1000)
-    # The target is under 2 ms (docs/observability.md); the bound leaves room for a busy machine.
-    assert statistics.median(timings) < 10, statistics.median(timings)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from storage.keyword_index import KeywordEntry, KeywordIndex
+from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
+
+
+def _docs(hits: list[L0Hit]) -> list[str]:
+    return sorted({h.doc_key for h in hits})
 
 
 def _index() -> KeywordIndex:
@@ -17,33 +21,45 @@ def _index() -> KeywordIndex:
 
 
 def test_identifier_matches_case_insensitively() -> None:
-    assert _index().match("what does err_timeout mean") == ["e/timeout.md"]
-    assert _index().match("PAY_E1042?") == ["e/pay.md"]
+    assert _docs(_index().match("what does err_timeout mean")) == ["e/timeout.md"]
+    assert _docs(_index().match("PAY_E1042?")) == ["e/pay.md"]
 
 
 def test_identifier_does_not_match_inside_a_longer_token() -> None:
-    assert _index().match("ERR_TIMEOUT_X and XERR_TIMEOUT") == []
-    assert _index().match("PAY_E10423") == []
+    assert _docs(_index().match("ERR_TIMEOUT_X and XERR_TIMEOUT")) == []
+    assert _docs(_index().match("PAY_E10423")) == []
 
 
 def test_multi_word_latin_keyword_matches_as_a_phrase() -> None:
-    assert _index().match("my card declined today") == ["e/pay.md"]
-    assert _index().match("declined card") == []
+    assert _docs(_index().match("my card declined today")) == ["e/pay.md"]
+    assert _docs(_index().match("declined card")) == []
 
 
 def test_cjk_keywords_match_as_substrings() -> None:
-    assert _index().match("ERR_TIMEOUT 是什么") == ["e/timeout.md"]
-    assert _index().match("数据库连接池怎么配置") == ["i/pool.md"]
-    assert _index().match("连接池耗尽怎么排查") == ["i/exhaust.md", "i/pool.md"]
+    assert _docs(_index().match("ERR_TIMEOUT 是什么")) == ["e/timeout.md"]
+    assert _docs(_index().match("数据库连接池怎么配置")) == ["i/pool.md"]
+    assert _docs(_index().match("连接池耗尽怎么排查")) == ["i/exhaust.md", "i/pool.md"]
 
 
 def test_title_and_identifiers_in_titles_match() -> None:
-    assert _index().match("hikaricp 连接池配置") == ["i/pool.md"]
+    assert _docs(_index().match("hikaricp 连接池配置")) == ["i/pool.md"]
 
 
 def test_domain_filter_restricts_matches() -> None:
-    assert _index().match("ERR_TIMEOUT HikariCP", domain="infrastructure") == ["i/pool.md"]
+    assert _docs(_index().match("ERR_TIMEOUT HikariCP", domain="infrastructure")) == ["i/pool.md"]
 
 
 def test_nothing_matches_an_unrelated_query() -> None:
-    assert _index().match("how do I bake bread") == []
+    assert _docs(_index().match("how do I bake bread")) == []
+
+
+def test_codes_in_the_body_are_exact_matches_of_kind_code() -> None:
+    index = KeywordIndex(
+        [
+            KeywordEntry("ops/handbook.md", "ops", "Operations handbook", (), ("KAFKA_E503_REBALANCE", "HTTP 504")),
+            KeywordEntry("ops/other.md", "ops", "Other", (), ("HTTP 504",)),
+        ]
+    )
+    hits = index.match("what does kafka_e503_rebalance mean")
+    assert [(h.doc_key, h.kind) for h in hits] == [("ops/handbook.md", "code")]
+    assert _docs(index.match("gateway returned HTTP 504")) == ["ops/handbook.md", "ops/other.md"]

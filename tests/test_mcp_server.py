@@ -30,7 +30,7 @@ async def lookup(client: Client, query: str = QUERY, **args: Any) -> dict[str, A
 async def test_tools_resources_and_prompts_are_listed(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"lookup_knowledge", "reset_session", "list_knowledge_domains"}
+        assert set(tools) == {"lookup_knowledge", "read_knowledge_doc", "reset_session", "list_knowledge_domains"}
         schema = tools["lookup_knowledge"].output_schema
         assert schema is not None and "relevance_level" in schema["properties"]
         assert "score" not in json.dumps(schema).lower()
@@ -38,7 +38,7 @@ async def test_tools_resources_and_prompts_are_listed(make_server: Any) -> None:
         resources = {str(r.uri) for r in (await client.list_resources()).resources}
         assert {"knowledge://map", "knowledge://stats"} <= resources
         templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-        assert "knowledge://domain/{domain}" in templates
+        assert {"knowledge://domain/{domain}", "knowledge://doc/{+doc_key}{?section}"} <= templates
         prompts = {p.name for p in (await client.list_prompts()).prompts}
         assert prompts == {"executor_retrieval_rules", "planner_with_knowledge_map"}
 
@@ -71,23 +71,22 @@ async def test_second_lookup_of_same_document_returns_deduped(make_server: Any) 
     assert "error-codes" in second["retrieved_domains_this_session"]
 
 
-async def test_a_document_is_never_returned_twice_to_a_session(make_server: Any) -> None:
+async def test_a_passage_is_never_returned_twice_to_a_session(make_server: Any) -> None:
     queries = [
         "数据库连接池怎么配置",
         "HikariCP 连接池参数",
         "connection pool size settings",
         "连接池耗尽怎么排查",
+        "maxLifetime 和 wait_timeout 的关系",
     ]
     returned: list[str] = []
     async with Client(make_server(overrides={"governance": {"enabled": False}}), mode="legacy") as client:
         for query in queries:
             content = await lookup(client, query, top_k=5)
-            docs = [
-                d["doc_key"]
-                for d in ([content["primary"]] if content["primary"] else []) + content["supplement"]
-            ]
-            assert not set(docs) & set(returned)
-            returned += docs
+            documents = ([content["primary"]] if content["primary"] else []) + content["supplement"]
+            passages = [f"{d['doc_key']}#{s}" for d in documents for s in d["sections"] or [""]]
+            assert not set(passages) & set(returned)
+            returned += passages
     assert returned
 
 

@@ -1,58 +1,45 @@
-"""Relevance grading, similarity normalisation and completeness hints."""
+"""Relevance grading from features, the logistic tier model, and completeness hints."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from pydantic import ValidationError
 
-from retrieval.relevance import (
-    Thresholds,
-    Tier,
-    completeness_hint,
-    cosine_to_similarity,
-    detect_language,
-    grade,
+from retrieval.logistic import fit_logistic
+from retrieval.relevance import Logistic, Tier, TierModel, completeness_hint, grade
+from storage.text import detect_language
+
+MODEL = TierModel(
+    on_topic=Logistic(weights={"similarity": 20.0}, bias=-4.0, threshold=0.5),  # on topic from 0.2
+    top_right=Logistic(weights={"gap": 100.0}, bias=-3.0, threshold=0.5),  # top right from a 0.03 gap
 )
-
-T = Thresholds(highly_relevant=0.75, reference=0.5)
-
-
-def test_cosine_to_similarity_equals_the_predecessor_formula_on_squared_l2() -> None:
-    # On unit vectors Milvus' squared L2 distance is 2 - 2cos; the predecessor's 1 - min(d, 2)/2
-    # is then max(cos, 0), which is what we compute from the COSINE metric.
-    for cos in (1.0, 0.8085, 0.5, 0.1, 0.0, -0.3, -1.0):
-        squared_l2 = 2 - 2 * cos
-        predecessor = 1 - min(squared_l2, 2) / 2
-        assert math.isclose(cosine_to_similarity(cos), predecessor, abs_tol=1e-12)
 
 
 @pytest.mark.parametrize(
-    ("l0", "best_l0", "top", "expected"),
+    ("features", "precise", "expected"),
     [
-        (1, None, None, Tier.PRECISE),
-        (1, 0.1, 0.1, Tier.PRECISE),
-        (2, 0.8, 0.8, Tier.HIGHLY_RELEVANT),
-        (2, 0.6, 0.9, Tier.HIGHLY_RELEVANT),
-        (2, 0.6, 0.6, Tier.REFERENCE),
-        (2, None, None, Tier.REFERENCE),
-        (0, None, 0.75, Tier.HIGHLY_RELEVANT),
-        (0, None, 0.74, Tier.REFERENCE),
-        (0, None, 0.5, Tier.REFERENCE),
-        (0, None, 0.49, Tier.NO_MATCH),
-        (0, None, None, Tier.NO_MATCH),
+        ({"similarity": 0.0}, True, Tier.PRECISE),
+        ({"similarity": 0.1, "gap": 0.2}, False, Tier.NO_MATCH),
+        ({"similarity": 0.3, "gap": 0.01}, False, Tier.REFERENCE),
+        ({"similarity": 0.3, "gap": 0.05}, False, Tier.HIGHLY_RELEVANT),
     ],
 )
-def test_grade_follows_the_tier_table(
-    l0: int, best_l0: float | None, top: float | None, expected: Tier
-) -> None:
-    assert grade(l0_match_count=l0, best_l0_similarity=best_l0, top_similarity=top, thresholds=T) is expected
+def test_grade_follows_the_models(features: dict[str, float], precise: bool, expected: Tier) -> None:
+    assert grade(features, MODEL, precise=precise) is expected
 
 
-def test_thresholds_reject_reference_above_highly_relevant() -> None:
-    with pytest.raises(ValidationError, match="reference"):
-        Thresholds(highly_relevant=0.5, reference=0.6)
+def test_a_logistic_model_rejects_an_unknown_feature() -> None:
+    with pytest.raises(ValidationError, match="unknown feature"):
+        Logistic(weights={"cosine": 1.0}, bias=0.0, threshold=0.5)
+
+
+def test_fit_logistic_separates_two_groups_and_keeps_the_raw_scale() -> None:
+    rows = [{"similarity": 0.1 + i / 100} for i in range(10)] + [{"similarity": 0.4 + i / 100} for i in range(10)]
+    labels = [False] * 10 + [True] * 10
+    model = fit_logistic(rows, labels, ["similarity"], ridge=0.1)
+    assert model.probability({"similarity": 0.05}) < 0.2 < 0.8 < model.probability({"similarity": 0.5})
+    with pytest.raises(ValueError, match="both outcomes"):
+        fit_logistic(rows[:3], [True] * 3, ["similarity"])
 
 
 def test_every_tier_has_an_english_and_a_chinese_hint() -> None:

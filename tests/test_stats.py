@@ -31,8 +31,8 @@ PRECISE_DOC = "error-codes/err-timeout.md"
 DOCS = (ROOT / "docs" / "observability.md", ROOT / "README.md")
 SECTION = "## The three questions, in SQL"
 ROW_FIELDS = {
-    "l0_titles", "l0_match_count", "l1_scores", "l1_top_score", "l1_top_similarity", "relevance_level",
-    "completeness_hint", "retrieved_domains", "dedup_reason", "embedder", "thresholds",
+    "l0_titles", "l0_match_count", "l1_scores", "l1_top_similarity", "relevance_level", "features",
+    "completeness_hint", "retrieved_domains", "dedup_reason", "embedder", "thresholds", "passages",
 }  # fmt: skip
 
 
@@ -91,7 +91,9 @@ async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details
     assert set(details) >= ROW_FIELDS
     assert details["l0_match_count"] == 1 and details["embedder"] == "e5-small"
     assert details["l1_top_similarity"] is not None and len(details["l1_scores"]) >= 1
-    assert details["thresholds"] == server.resources_state.settings.thresholds.model_dump()
+    model = server.resources_state.settings.tier_model
+    assert details["thresholds"] == {"on_topic": model.on_topic.threshold, "top_right": model.top_right.threshold}
+    assert details["passages"] == {PRECISE_DOC: content["primary"]["sections"]}
 
     assert deduped["relevance_level"] == again.structured_content["relevance_level"] == "DEDUPED"
     assert deduped["dedup_reason"] == "doc_retrieved" and deduped["domain_filter"] == "error-codes"

@@ -1,12 +1,13 @@
-"""Action memory: the tracker API, TTL with an injected clock, LRU bounds, concurrency."""
+"""Action memory: passages per session, TTL with an injected clock, LRU bounds, concurrency, persistence."""
 
 from __future__ import annotations
 
 import threading
 
+import anyio
 import pytest
 
-from retrieval.tracker import ActionMemory
+from retrieval.tracker import ActionMemory, Delivery, SessionMemory
 
 
 class FakeClock:
@@ -17,86 +18,107 @@ class FakeClock:
         return self.now
 
 
-def test_mark_and_query_documents_and_domains() -> None:
+def deliver(memory: ActionMemory, session: str, doc: str, *chunks: str, next_call: str | None = None) -> None:
+    delivery = Delivery(doc, "d", doc.upper(), chunks or (f"{doc}#0",), tuple(f"§{c}" for c in chunks))
+    memory.record_call(session, delivered=[delivery], ran_retrieval=True, tokens=10, next_call=next_call)
+
+
+def test_memory_holds_passages_per_document_and_domains() -> None:
     memory = ActionMemory(ttl_seconds=60, max_sessions=10)
-    memory.mark_retrieved("s1", "infra", "infra/pool.md", "Pool")
-    assert memory.is_doc_retrieved("s1", "infra/pool.md")
-    assert memory.is_domain_retrieved("s1", "infra")
-    assert not memory.is_doc_retrieved("s2", "infra/pool.md")
-    assert memory.retrieved_domains("s1") == ["infra"]
-    assert memory.clear("s1") is True
-    assert not memory.is_doc_retrieved("s1", "infra/pool.md")
-    assert memory.clear("s1") is False
+    deliver(memory, "s1", "a.md", "c1")
+    deliver(memory, "s1", "a.md", "c2")
+    snapshot = memory.snapshot("s1")
+    assert snapshot.holds_chunk("a.md", "c1") and snapshot.holds_chunk("a.md", "c2")
+    assert not snapshot.holds_chunk("a.md", "c3") and not memory.snapshot("s2").documents
+    assert snapshot.documents["a.md"].headings == ("§c1", "§c2")
+    assert snapshot.retrieved_domains == ("d",) and snapshot.calls == 2
+    assert memory.clear("s1") is True and memory.clear("s1") is False
 
 
 def test_idle_sessions_expire_after_the_ttl() -> None:
     clock = FakeClock()
     memory = ActionMemory(ttl_seconds=30, max_sessions=10, clock=clock)
-    memory.record_call(
-        "s1", returned=[("api", "api/a.md", "A")], ran_retrieval=True, tokens=10, next_call="STOP"
-    )
+    deliver(memory, "s1", "a.md", next_call="STOP")
     clock.now += 29
     assert memory.snapshot("s1").next_call == "STOP"
     clock.now += 31
     snapshot = memory.snapshot("s1")
-    assert snapshot.next_call is None and not snapshot.retrieved_doc_keys and snapshot.calls == 0
+    assert snapshot.next_call is None and not snapshot.documents and snapshot.calls == 0
 
 
 def test_activity_extends_the_ttl() -> None:
     clock = FakeClock()
     memory = ActionMemory(ttl_seconds=30, max_sessions=10, clock=clock)
-    for _ in range(5):
-        memory.mark_retrieved("s1", "api", "api/a.md")
+    for i in range(5):
+        deliver(memory, "s1", "a.md", f"c{i}")
         clock.now += 20
-    assert memory.is_doc_retrieved("s1", "api/a.md")
+    assert memory.snapshot("s1").holds_chunk("a.md", "c0")
 
 
 def test_least_recently_used_session_is_evicted_beyond_the_maximum() -> None:
     clock = FakeClock()
     memory = ActionMemory(ttl_seconds=300, max_sessions=2, clock=clock)
-    memory.mark_retrieved("a", "d", "x")
-    clock.now += 1
-    memory.mark_retrieved("b", "d", "x")
-    clock.now += 1
-    memory.mark_retrieved("a", "d", "y")  # a is now the most recent
-    clock.now += 1
-    memory.mark_retrieved("c", "d", "x")
-    assert "b" not in memory
-    assert "a" in memory and "c" in memory
-    assert len(memory) == 2
+    for session in ("a", "b", "a", "c"):  # a is used again before c arrives
+        deliver(memory, session, "x.md")
+        clock.now += 1
+    assert "b" not in memory and "a" in memory and "c" in memory and len(memory) == 2
 
 
 def test_persistence_callback_sees_every_change_and_forgetting() -> None:
     seen: list[tuple[str, bool]] = []
-    memory = ActionMemory(
-        ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None))
-    )
-    memory.mark_retrieved("s", "d", "x")
+    memory = ActionMemory(ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None)))
+    deliver(memory, "s", "x.md")
     memory.clear("s")
     assert seen == [("s", True), ("s", False)]
 
 
-def test_concurrent_marks_are_all_kept() -> None:
+def test_state_round_trips_through_json() -> None:
+    memory = ActionMemory(ttl_seconds=60, max_sessions=10)
+    saved: list[SessionMemory | None] = []
+    memory = ActionMemory(ttl_seconds=60, max_sessions=10, on_change=lambda _k, m: saved.append(m))
+    deliver(memory, "s", "x.md", "c1", "c2", next_call="TARGETED_ONLY")
+    assert saved[-1] is not None
+    restored = SessionMemory.from_state(saved[-1].to_state())
+    assert restored.documents["x.md"].chunks == {"c1", "c2"} and restored.next_call == "TARGETED_ONLY"
+    with pytest.raises((ValueError, KeyError)):
+        SessionMemory.from_state('{"calls": 1}')
+
+
+def test_concurrent_records_are_all_kept() -> None:
     memory = ActionMemory(ttl_seconds=60, max_sessions=100)
 
     def work(worker: int) -> None:
         for i in range(200):
-            memory.record_call(
-                f"s{worker % 4}",
-                returned=[("d", f"doc-{worker}-{i}", "")],
-                ran_retrieval=True,
-                tokens=1,
-                next_call=None,
-            )
+            deliver(memory, f"s{worker % 4}", f"doc-{worker}-{i}")
 
     threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    total = sum(len(memory.snapshot(f"s{k}").retrieved_doc_keys) for k in range(4))
+    total = sum(len(memory.snapshot(f"s{k}").documents) for k in range(4))
     calls = sum(memory.snapshot(f"s{k}").calls for k in range(4))
     assert total == 8 * 200 and calls == 8 * 200
+
+
+async def test_the_session_lock_orders_one_session_and_leaves_others_concurrent() -> None:
+    memory = ActionMemory(ttl_seconds=60, max_sessions=10)
+    order: list[str] = []
+
+    async def hold(session: str, name: str, seconds: float) -> None:
+        async with memory.session_lock(session):
+            order.append(f"{name}+")
+            await anyio.sleep(seconds)
+            order.append(f"{name}-")
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold, "a", "a1", 0.05)
+            await anyio.sleep(0.01)
+            tg.start_soon(hold, "a", "a2", 0.0)
+            tg.start_soon(hold, "b", "b1", 0.0)
+    assert order.index("a1-") < order.index("a2+")  # the same session waits
+    assert order.index("b1-") < order.index("a1-")  # another session does not
 
 
 @pytest.mark.parametrize(("ttl", "maximum"), [(0, 1), (-1, 1), (1, 0)])

@@ -1,0 +1,352 @@
+"""The pure steps of one lookup: grade the evidence, plan what to deliver, render the result.
+
+- grade: rank the documents, compute the features, decide the tier (``Graded``);
+- plan: apply action memory and governance to the graded candidates (``Plan``);
+- render: the ``LookupResult`` the agent reads.
+
+The service (``retrieval.service``) runs them in order and accounts the call in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from retrieval.engine import Evidence, KnowledgeView
+from retrieval.governance import Decision, GovernanceConfig, GuidanceKey, NextCall, Usage, guidance_text
+from retrieval.models import (
+    AlreadyInContext,
+    Budget,
+    DedupReason,
+    DocumentContent,
+    LookupResult,
+    SessionScope,
+)
+from retrieval.passages import Passage, best_passage, whole_document
+from retrieval.ranking import RankedDoc, features, rank
+from retrieval.relevance import Language, Tier, TierModel, completeness_hint, grade
+from retrieval.tracker import HeldView, MemorySnapshot
+from storage.catalog import ChunkRecord
+
+if TYPE_CHECKING:
+    from retrieval.governance import WaterLevel
+    from retrieval.service import LookupRequest, Policy
+
+# A supplement must score within this much of the primary's fused score, per tier: a confident
+# answer needs little company, an uncertain one shows its alternatives (up to top_k).
+_SUPPLEMENT_MARGIN = {Tier.HIGHLY_RELEVANT: 0.03, Tier.REFERENCE: 1.0}
+
+
+@dataclass(frozen=True)
+class Graded:
+    """The ranked candidates of one query and their tier, before memory and governance."""
+
+    tier: Tier
+    ranked: tuple[RankedDoc, ...]
+    precise: str | None
+    features: dict[str, float]
+    codes: dict[str, tuple[str, ...]]  # doc_key -> the codes the query named in it
+    l0_docs: tuple[str, ...]
+    l0_titles: list[str]
+    cosines: tuple[float, ...]
+
+
+def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) -> Graded:
+    """Rank, compute features and grade; NO_MATCH keeps no candidates."""
+    ranked = [
+        d
+        for d in rank(evidence, model.cross_language_offset, model.lexical_weight)
+        if d.doc_key in view.entries
+    ]
+    feats = features(evidence, ranked)
+    precise = _precise_doc(evidence, ranked, feats, model)
+    tier = grade(feats, model, precise=precise is not None)
+    if precise is not None:
+        ranked.sort(key=lambda d: d.doc_key != precise)
+    codes: dict[str, list[str]] = {}
+    for hit in evidence.l0:
+        if hit.kind == "code":
+            codes.setdefault(hit.doc_key, []).append(hit.term)
+    l0_docs = tuple(sorted({h.doc_key for h in evidence.l0 if h.doc_key in view.entries}))
+    return Graded(
+        tier=tier,
+        ranked=() if tier is Tier.NO_MATCH else tuple(ranked),
+        precise=precise,
+        features=feats,
+        codes={k: tuple(v) for k, v in codes.items()},
+        l0_docs=l0_docs,
+        l0_titles=[view.entries[k].title for k in l0_docs],
+        cosines=tuple(h.cosine for h in evidence.dense),
+    )
+
+
+def _precise_doc(
+    evidence: Evidence, ranked: Sequence[RankedDoc], feats: dict[str, float], model: TierModel
+) -> str | None:
+    """The one document the query names: by a code only it has, its exact title, or a specific keyword."""
+    visible = {d.doc_key for d in ranked}
+    by_code: dict[str, set[str]] = {}
+    for hit in evidence.l0:
+        if hit.kind == "code":
+            by_code.setdefault(hit.term.upper(), set()).add(hit.doc_key)
+    unique = {next(iter(docs)) for docs in by_code.values() if len(docs) == 1} & visible
+    if by_code:
+        # A code shared by several documents identifies none of them.
+        return next(iter(unique)) if len(unique) == 1 and len(by_code) == len(unique) else None
+    titles = {h.doc_key for h in evidence.l0 if h.kind == "title"} & visible
+    if len(titles) == 1:
+        return next(iter(titles))
+    keyword_docs = set(evidence.specific_keyword_docs) & visible
+    by_similarity = sorted(
+        (d for d in ranked if d.similarity is not None), key=lambda d: -(d.similarity or 0)
+    )
+    # A keyword no other document contains is specific, but a question can still be off-topic
+    # around it: it must also be the dense channel's first document and look answerable.
+    if (
+        len(keyword_docs) == 1
+        and by_similarity
+        and by_similarity[0].doc_key in keyword_docs
+        and model.on_topic.passes(feats)
+        and model.top_right.passes(feats)
+    ):
+        return next(iter(keyword_docs))
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call delivers, which held documents it names, and why it may deliver nothing."""
+
+    tier: Tier
+    deliver: tuple[Passage, ...]
+    already: tuple[str, ...]
+    dedup_reason: DedupReason | None = None
+    same_domain: bool = False
+
+    @property
+    def deciding_tier(self) -> Tier:
+        # A domain_retrieved refusal leaves the targeted channel open, like a REFERENCE result.
+        return Tier.REFERENCE if self.dedup_reason == "domain_retrieved" else self.tier
+
+    @classmethod
+    def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int) -> Plan:
+        already = _held(graded.ranked[:top_k], snapshot) if graded else ()
+        return cls(Tier.DEDUPED, (), already, "circuit_open")
+
+    def documents(self, view: KnowledgeView, policy: Policy) -> list[DocumentContent]:
+        contents = []
+        for position, passage in enumerate(self.deliver):
+            entry = view.entries[passage.doc_key]
+            limit = policy.primary_max_chars if position == 0 else policy.supplement_max_chars
+            contents.append(
+                DocumentContent(
+                    doc_key=passage.doc_key,
+                    title=entry.title,
+                    domain=entry.domain,
+                    content=passage.text(entry.title, limit),
+                    sections=list(passage.headings),
+                    section_count=passage.total,
+                    partial=passage.partial,
+                )
+            )
+        return contents
+
+
+def plan_answer(
+    graded: Graded,
+    request: LookupRequest,
+    snapshot: MemorySnapshot | None,
+    view: KnowledgeView,
+    chunks_of: Callable[[str], list[ChunkRecord]],
+    policy: Policy,
+    *,
+    governed: bool,
+) -> Plan:
+    """Apply action memory and governance: a held topic is not served again, a new topic always is."""
+    if graded.tier is Tier.NO_MATCH or not graded.ranked:
+        return Plan(Tier.NO_MATCH, (), ())
+    candidates = graded.ranked[: request.top_k]
+    top = candidates[0]
+    held = snapshot.documents if snapshot else {}
+    held_domains = set(snapshot.retrieved_domains) if snapshot else set()
+    domain = view.entries[top.doc_key].domain
+    already = _held(candidates, snapshot)
+    primary = _passage(top, graded, request, held, chunks_of, policy, policy.primary_max_chars)
+    if primary is None:
+        # The best match is content the session holds: a repeat or a rephrasing.
+        return Plan(Tier.DEDUPED, (), already, "doc_retrieved")
+    hard = governed and policy.governance.domain_policy == "hard"
+    if hard and domain in held_domains and not request.targeted:
+        # Scheme B: with a hard domain policy the topic is the domain.
+        return Plan(Tier.DEDUPED, (), already, "domain_retrieved", same_domain=True)
+    closed_topic = governed and snapshot is not None and snapshot.next_call == NextCall.STOP.value
+    if top.doc_key in held and closed_topic and not request.targeted:
+        # Another section of a held document, after a STOP: the topic is closed unless targeted.
+        return Plan(Tier.DEDUPED, (), already, "missing_dimension_required")
+    deliver = [primary]
+    if top.doc_key not in held:
+        deliver += _supplements(graded, candidates, held, chunks_of, request, policy)
+    same_domain = domain in held_domains
+    return Plan(graded.tier, tuple(deliver), already, None, same_domain=same_domain)
+
+
+def _passage(
+    doc: RankedDoc,
+    graded: Graded,
+    request: LookupRequest,
+    held: Mapping[str, HeldView],
+    chunks_of: Callable[[str], list[ChunkRecord]],
+    policy: Policy,
+    limit: int,
+) -> Passage | None:
+    holding = held.get(doc.doc_key)
+    skip = holding.chunks if holding is not None else frozenset()
+    chunks = chunks_of(doc.doc_key)
+    if policy.content == "document":
+        passage = whole_document(doc.doc_key, chunks, skip=skip)
+        return passage if passage.chunks and not (skip and not request.targeted) else None
+    return best_passage(
+        doc,
+        chunks,
+        limit=limit,
+        codes=graded.codes.get(doc.doc_key, ()),
+        skip=skip,
+        next_best=request.targeted,
+    )
+
+
+def _supplements(
+    graded: Graded,
+    candidates: Sequence[RankedDoc],
+    held: Mapping[str, HeldView],
+    chunks_of: Callable[[str], list[ChunkRecord]],
+    request: LookupRequest,
+    policy: Policy,
+) -> list[Passage]:
+    margin = _SUPPLEMENT_MARGIN.get(graded.tier)
+    if margin is None:
+        return []  # PRECISE: nothing more precise exists, the one document is the answer
+    floor = candidates[0].score - margin
+    out = []
+    for doc in candidates[1:]:
+        if doc.doc_key in held or doc.score < floor:
+            continue
+        passage = _passage(doc, graded, request, held, chunks_of, policy, policy.supplement_max_chars)
+        if passage is not None:
+            out.append(passage)
+    return out
+
+
+def _held(candidates: Sequence[RankedDoc], snapshot: MemorySnapshot | None) -> tuple[str, ...]:
+    if snapshot is None:
+        return ()
+    return tuple(d.doc_key for d in candidates if d.doc_key in snapshot.documents)
+
+
+def render_result(
+    plan: Plan,
+    documents: list[DocumentContent],
+    view: KnowledgeView,
+    snapshot: MemorySnapshot | None,
+    *,
+    scope: SessionScope,
+    language: Language,
+    config: GovernanceConfig,
+    usage: Usage,
+    decision: Decision | None,
+    next_call: NextCall | None,
+    level: WaterLevel | None,
+    domains: list[str],
+    memory: bool,
+    governed: bool,
+) -> LookupResult:
+    """The result the agent reads."""
+    already = [_already(view, snapshot, key) for key in plan.already if snapshot is not None]
+    budget = _budget(
+        plan, config, usage, decision, next_call, level, language, memory=memory, governed=governed
+    )
+    return LookupResult(
+        found=bool(documents),
+        relevance_level=plan.tier.value,
+        completeness_hint=completeness_hint(plan.tier, language),
+        primary=documents[0] if documents else None,
+        supplement=documents[1:],
+        retrieved_domains_this_session=domains,
+        dedup_reason=plan.dedup_reason,
+        already_in_context=already,
+        session_scope=scope,
+        message=_message(plan, documents, already, budget, memory_off=not memory),
+        budget=budget,
+    )
+
+
+def _already(view: KnowledgeView, snapshot: MemorySnapshot | None, key: str) -> AlreadyInContext:
+    held = snapshot.documents[key] if snapshot else None
+    title = view.entries[key].title if key in view.entries else (held.title if held else key)
+    return AlreadyInContext(doc_key=key, title=title, sections=list(held.headings) if held else [])
+
+
+def _budget(
+    plan: Plan,
+    config: GovernanceConfig,
+    usage: Usage,
+    decision: Decision | None,
+    next_call: NextCall | None,
+    level: WaterLevel | None,
+    language: Language,
+    *,
+    memory: bool,
+    governed: bool,
+) -> Budget:
+    if not governed:
+        text = (
+            "governance is off: lookups are not limited"
+            if memory
+            else "no session memory: dedup and budget are off for this call"
+        )
+        return Budget(calls_used=usage.calls, water_level=None, next_call=None, guidance=text)
+    key: GuidanceKey
+    if plan.dedup_reason == "circuit_open":
+        key = "circuit_open"
+    elif decision is None:
+        key = "allow"
+    elif plan.dedup_reason == "domain_retrieved" and decision.next_call is not NextCall.STOP:
+        key = "domain_retrieved"
+    elif plan.dedup_reason == "missing_dimension_required" and decision.next_call is not NextCall.STOP:
+        key = "missing_dimension_required"
+    else:
+        key = decision.guidance_key
+    return Budget(
+        calls_used=usage.calls,
+        water_level=level.value if level else None,
+        next_call=next_call.value if next_call else None,
+        guidance=guidance_text(config, key, language, usage),
+    )
+
+
+def _message(
+    plan: Plan,
+    documents: list[DocumentContent],
+    already: list[AlreadyInContext],
+    budget: Budget,
+    *,
+    memory_off: bool,
+) -> str:
+    parts: list[str] = []
+    if documents:
+        parts.append(f"{len(documents)} new passage(s), tier {plan.tier.value}.")
+        if any(d.partial for d in documents):
+            parts.append("Partial documents: read knowledge://doc/{doc_key} or read_knowledge_doc for more.")
+    elif plan.dedup_reason == "circuit_open":
+        parts.append("Retrieval skipped: lookup_knowledge is closed for this session.")
+    elif plan.dedup_reason is not None:
+        parts.append("You already hold what matches.")
+    else:
+        parts.append("Nothing in the knowledge base matches.")
+    if already:
+        parts.append(f"{len(already)} matching document(s) already in your context.")
+    if memory_off:
+        parts.append("No session could be identified, so documents may repeat.")
+    parts.append(budget.guidance)
+    return " ".join(parts)

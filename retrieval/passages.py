@@ -1,0 +1,119 @@
+"""Which part of a document a result carries: the passages that matched, not the document's head.
+
+A passage is one chunk or a run of adjacent chunks. The best chunk of a document is the one the
+fused ranking scored highest, or the chunk holding a code the query named. An adjacent chunk
+joins it when it matched too, within the character limit. Without any chunk-level evidence
+(the query named the document's title), the start of the document is what matched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from retrieval.ranking import RankedDoc
+from storage.catalog import ChunkRecord
+from storage.documents import chunk_context
+
+# An adjacent chunk joins the best one when its fused score is within this much of the best's.
+_NEIGHBOUR_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class Passage:
+    doc_key: str
+    chunks: tuple[ChunkRecord, ...]  # in document order
+    total: int  # chunks in the whole document
+
+    @property
+    def chunk_ids(self) -> tuple[str, ...]:
+        return tuple(c.chunk_id for c in self.chunks)
+
+    @property
+    def headings(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.heading for c in self.chunks if c.heading))
+
+    @property
+    def partial(self) -> bool:
+        return len(self.chunks) < self.total
+
+    def text(self, title: str, limit: int) -> str:
+        """The passages, each under its ``Title › Section`` line, cut at ``limit`` characters."""
+        parts = [f"[{chunk_context(title, c.heading)}]\n{c.text}" for c in self.chunks]
+        return _truncate("\n\n".join(parts), limit)
+
+
+def best_passage(
+    doc: RankedDoc,
+    chunks: Sequence[ChunkRecord],
+    *,
+    limit: int,
+    codes: Collection[str] = (),
+    skip: Collection[str] = (),
+    next_best: bool = False,
+) -> Passage | None:
+    """The best-matching passage of a document, leaving out the chunk ids in ``skip``.
+
+    None when the best match is skipped (the session already holds it), unless ``next_best``
+    asks for the best match among the rest (a targeted lookup).
+    """
+    if not chunks:
+        return None
+    by_id = {c.chunk_id: c for c in chunks}
+    scores = {c.chunk_id: c.fused for c in doc.chunks if c.chunk_id in by_id}
+    seed = _seed(chunks, scores, codes, skip, next_best)
+    if seed is None:
+        return None
+    chosen = [seed]
+    size = len(seed.text)
+    best = scores.get(seed.chunk_id, float("inf"))
+    for neighbour in _neighbours(chunks, seed.index):
+        score = scores.get(neighbour.chunk_id)
+        if neighbour.chunk_id in skip or score is None or score < best - _NEIGHBOUR_MARGIN:
+            continue
+        if size + len(neighbour.text) > limit:
+            break
+        chosen.append(neighbour)
+        size += len(neighbour.text)
+    return Passage(doc.doc_key, tuple(sorted(chosen, key=lambda c: c.index)), len(chunks))
+
+
+def whole_document(doc_key: str, chunks: Sequence[ChunkRecord], *, skip: Collection[str] = ()) -> Passage:
+    """Every chunk of the document not in ``skip`` (a read on purpose, or document mode)."""
+    return Passage(doc_key, tuple(c for c in chunks if c.chunk_id not in skip), len(chunks))
+
+
+def section(doc_key: str, chunks: Sequence[ChunkRecord], name: str) -> Passage | None:
+    """The chunks whose heading path names ``name`` (case-insensitive), or None."""
+    wanted = name.strip().lower()
+    found = tuple(c for c in chunks if wanted and wanted in c.heading.lower())
+    return Passage(doc_key, found, len(chunks)) if found else None
+
+
+def _seed(
+    chunks: Sequence[ChunkRecord],
+    scores: dict[str, float],
+    codes: Collection[str],
+    skip: Collection[str],
+    next_best: bool,
+) -> ChunkRecord | None:
+    open_chunks = [c for c in chunks if c.chunk_id not in skip]
+    for code in codes:
+        holding = [c for c in chunks if code.lower() in c.text.lower()]
+        if holding and not (next_best and holding[0].chunk_id in skip):
+            # The code's own paragraph answers; if the session holds it, nothing new matched.
+            return holding[0] if holding[0].chunk_id not in skip else None
+    scored = [c for c in (open_chunks if next_best else chunks) if c.chunk_id in scores]
+    if scored:
+        top = max(scored, key=lambda c: (scores[c.chunk_id], -c.index))
+        # The best match is held: the query is answered by what the session has.
+        return None if top.chunk_id in skip else top
+    return open_chunks[0] if open_chunks and open_chunks[0] is chunks[0] else None
+
+
+def _neighbours(chunks: Sequence[ChunkRecord], index: int) -> list[ChunkRecord]:
+    return [c for c in chunks if abs(c.index - index) == 1]
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

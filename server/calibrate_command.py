@@ -1,0 +1,131 @@
+"""``calibrate``: ingest each evaluation set, fit the tier models, report held-out figures, write them.
+
+An evaluation set is a directory with ``kb/`` (a knowledge base) and ``questions.jsonl``. Each set
+is ingested into its own data directory under ``<data_dir>/calibration/<name>`` (incremental, so
+a second run only reads). The figures are leave-one-knowledge-base-out: the models that score a
+set were fitted on the other sets only. The model written with ``--write`` is fitted on all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retrieval.calibration import (
+    CalibrationError,
+    Figures,
+    KnowledgeBase,
+    evaluate,
+    fit,
+    leave_one_out,
+    read_queries,
+)
+from retrieval.engine import KnowledgeView
+from server.commands import CommandError
+from server.runtime import open_runtime
+from server.settings import Settings
+
+_COLUMNS = (
+    ("codes PRECISE", "codes_precise"),
+    ("false PRECISE", "false_precise"),
+    ("hit@1", "hit_at_1"),
+    ("delivered", "delivered"),
+    ("answer in content", "answer_in_content"),
+    ("false NO_MATCH", "false_no_match"),
+    ("off-topic NO_MATCH", "offtopic_no_match"),
+)
+
+
+def load_set(directory: Path, settings: Settings, *, progress: bool = True) -> KnowledgeBase:
+    """Ingest one evaluation set and gather the evidence of each of its questions."""
+    name = directory.name
+    queries = read_queries(directory / "questions.jsonl")
+    local = settings.model_copy(update={"data_dir": settings.data_dir / "calibration" / name})
+    runtime = open_runtime(local)
+    try:
+        report = runtime.ingestor().run(directory / "kb")
+        if progress:
+            print(f"{name}: {report.summary()}", file=sys.stderr)
+        if report.failed:
+            raise CalibrationError(
+                f"{name}: {len(report.failed)} file(s) failed to ingest: {report.failed[0]}"
+            )
+        view = KnowledgeView.load(runtime.catalog)
+        chunks = {key: runtime.catalog.chunks_of(key) for key in view.entries}
+        evidence = [runtime.engine.retrieve(q.query, None) for q in queries]
+    finally:
+        runtime.close()
+    return KnowledgeBase(name, view, chunks, queries, evidence)
+
+
+def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Path | None, *_: Any) -> int:
+    if args.write and config_path is None:
+        raise CommandError("--write needs --config FILE (or LOOKUP_KNOWLEDGE_CONFIG) to write into")
+    try:
+        bases = [load_set(directory, settings) for directory in args.sets]
+        held_out = leave_one_out(bases) if len(bases) > 1 else []
+        model = fit(bases)
+    except (OSError, CalibrationError, ValueError) as exc:
+        raise CommandError(str(exc)) from exc
+    current = [evaluate(kb, settings.tier_model) for kb in bases]
+    report = _report(settings, bases, held_out, current, model)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print_report(report)
+    if args.write and config_path is not None:
+        write_model(config_path, settings.embedder.name, model.model_dump())
+        print(f"wrote relevance.models.{settings.embedder.name} to {config_path}", file=sys.stderr)
+    return 0
+
+
+def _report(
+    settings: Settings,
+    bases: list[KnowledgeBase],
+    held_out: list[Any],
+    current: list[Figures],
+    model: Any,
+) -> dict[str, Any]:
+    total_held, total_current = Figures(), Figures()
+    for h in held_out:
+        total_held.add(h.figures)
+    for figures in current:
+        total_current.add(figures)
+    return {
+        "embedder": settings.embedder.name,
+        "sets": [kb.name for kb in bases],
+        "held_out": {h.name: h.figures.as_dict() for h in held_out},
+        "held_out_total": total_held.as_dict() if held_out else None,
+        "configured_model": {kb.name: f.as_dict() for kb, f in zip(bases, current, strict=True)},
+        "configured_model_total": total_current.as_dict(),
+        "fitted_on_all": model.model_dump(),
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The figures as a table: one row per held-out set, then the total."""
+    print(f"embedder {report['embedder']}; sets: {', '.join(report['sets'])}")
+    for title, rows, total in (
+        ("held out (fitted on the other sets)", report["held_out"], report["held_out_total"]),
+        ("configured model (the shipped defaults, fitted on all sets)", report["configured_model"], None),
+    ):
+        if not rows:
+            continue
+        print(f"\n{title}")
+        header = f"{'set':<18}" + "".join(f"{label:>20}" for label, _ in _COLUMNS)
+        print(header)
+        for name, figures in [*rows.items(), *([("total", total)] if total else [])]:
+            print(f"{name:<18}" + "".join(f"{figures[key]!s:>20}" for _, key in _COLUMNS))
+    print("\nfitted on all sets:", json.dumps(report["fitted_on_all"]))
+
+
+def write_model(path: Path, embedder: str, model: dict[str, Any]) -> None:
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data = data or {}
+    data.setdefault("relevance", {}).setdefault("models", {})[embedder] = model
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")

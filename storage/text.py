@@ -1,0 +1,150 @@
+"""Text facts shared by every layer: CJK detection, language, identifiers and lexical terms.
+
+Each rule is defined here once, so the chunker, the keyword index, the lexical index and the
+relevance grading always agree on what is Chinese, what is an identifier and what is a term.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Language = Literal["en", "zh"]
+ChunkLanguage = Literal["en", "zh", "mixed"]
+
+# CJK ideographs (unified, extension A and compatibility). Kana and Hangul are not Chinese and
+# are treated like other scripts.
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+_WORD = re.compile(r"[0-9A-Za-z_]+")
+# Code-shaped identifiers: ERR_TIMEOUT, KAFKA_E503_REBALANCE, KFK-4012, AL-1107, HTTP 504.
+# Upper-case segments joined by '_' or '-', at least one digit or underscore, or HTTP + status.
+_IDENTIFIER = re.compile(
+    r"(?<![\w-])(?:[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)+|HTTP[ _-]?[1-5]\d\d)(?![\w-])", re.IGNORECASE
+)
+# A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
+_CJK_CHARS_PER_WORD = 1.7
+
+# Common function words that carry no topic; terms are matched after lower-casing.
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "the",
+        "this",
+        "to",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+        "my",
+        "me",
+        "there",
+        "their",
+        "its",
+        "if",
+        "then",
+        "than",
+        "into",
+        "about",
+        "any",
+        "all",
+        "use",
+        "used",
+        "using",
+        "get",
+        "set",
+    ]
+)
+
+
+def detect_language(text: str) -> Language:
+    """zh when the text contains CJK ideographs, else en (for queries and hints)."""
+    return "zh" if CJK.search(text) else "en"
+
+
+def text_language(text: str) -> ChunkLanguage:
+    """zh or en when one language clearly dominates the text, mixed otherwise (for chunks)."""
+    zh_words = len(CJK.findall(text)) / _CJK_CHARS_PER_WORD
+    en_words = len(_LATIN_WORD.findall(text))
+    share = zh_words / (zh_words + en_words) if zh_words + en_words else 0.0
+    if share >= 0.7:
+        return "zh"
+    return "en" if share <= 0.1 else "mixed"
+
+
+def _is_code(token: str) -> bool:
+    """An identifier has a digit or a separator; 'HTTP' alone or 'UTF' is a word, not a code."""
+    return any(c.isdigit() for c in token) or "_" in token or "-" in token
+
+
+def identifiers(text: str) -> list[str]:
+    """Code-shaped identifiers in text, normalised to upper case with single separators."""
+    found: dict[str, None] = {}
+    for match in _IDENTIFIER.finditer(text):
+        raw = match.group(0)
+        if not _is_code(raw) and not raw.upper().startswith("HTTP"):
+            continue
+        if raw.upper().startswith("HTTP"):
+            normal = "HTTP " + raw[-3:]
+        else:
+            normal = raw.upper()
+            # Lower-case words joined by '-' ("follow-up") are prose, not codes.
+            if not (any(c.isdigit() for c in raw) or "_" in raw or raw.isupper()):
+                continue
+        found.setdefault(normal, None)
+    return list(found)
+
+
+def terms(text: str) -> list[str]:
+    """Lexical terms: lower-cased Latin words and identifiers, and CJK character bigrams.
+
+    Chinese has no spaces, so overlapping bigrams stand in for words (a single character is too
+    ambiguous to count). Identifiers are kept whole as well as split, so ``ERR_TIMEOUT`` matches
+    both the code and the words ``err`` and ``timeout``.
+    """
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        lowered = word.lower()
+        if "_" in lowered:
+            out.append(lowered)
+            out.extend(p for p in lowered.split("_") if len(p) > 1 and p not in _STOPWORDS)
+        elif len(lowered) > 1 and lowered not in _STOPWORDS:
+            out.append(lowered)
+    for run in _CJK_RUN.findall(text):
+        if len(run) == 1:
+            out.append(run)
+        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    for code in identifiers(text):
+        if "-" in code or " " in code:
+            out.append(code.lower().replace("-", "_").replace(" ", "_"))
+    return out
