@@ -60,6 +60,7 @@ lint: install-dev
 
 bench: install-dev
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.server_bench
 
 # A Milvus 2.3.5 standalone server for trying milvus.uri by hand: prints the URI to use.
 MILVUS_DATA ?= .cache/milvus-server
