@@ -76,6 +76,11 @@ def test_watched_folder_is_ingested_after_a_write_and_bad_files_are_reported(
         (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
         (kb / "broken.md").write_text("---\ntitle: [oops\n---\nx", encoding="utf-8")
         _found_within(served.url, 5.0)
+        # The report is logged when the ingest returns, after its flush (~1 s on a Milvus server),
+        # which is later than the catalog commit that made the document visible.
+        deadline = time.monotonic() + 30
+        while "failed 1" not in served.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
         output = served.output()
     assert "failed: broken.md: broken YAML front matter" in output, output[-3000:]
     assert "added 1, updated 0, deleted 0, skipped 31, failed 1" in output, output[-3000:]
