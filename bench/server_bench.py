@@ -49,7 +49,14 @@ def _fill(store: MilvusVectorStore, total: int, *, start: int, rng: np.random.Ge
         for i in range(first, min(first + batch, total)):
             vector = rng.normal(size=store.dim).astype(np.float32)
             rows.append(
-                ChunkRow(f"doc-{i}.md", "h", 0, f"domain-{i % 8}", "en" if i % 2 else "zh", vector / np.linalg.norm(vector))
+                ChunkRow(
+                    f"doc-{i}.md",
+                    "h",
+                    0,
+                    f"domain-{i % 8}",
+                    "en" if i % 2 else "zh",
+                    vector / np.linalg.norm(vector),
+                )
             )
         store.upsert(rows)
     store.flush_and_load()
@@ -92,7 +99,9 @@ def run(sizes: list[int], rounds: int, server_uri: str | None, work: Path) -> di
     results: dict[str, Any] = {"sizes": sizes, "lite": {}, "server": {}}
     try:
         for label, uri in (("lite", str(work / "milvus.db")), ("server", server_uri)):
-            store = MilvusVectorStore(uri=uri, token=None, collection="bench_server_column_384", dim=384, timeout_s=60)
+            store = MilvusVectorStore(
+                uri=uri, token=None, collection="bench_server_column_384", dim=384, timeout_s=60
+            )
             if label == "server" and store._client.has_collection(store.collection):
                 store._client.drop_collection(store.collection)
             store.ensure_collection()
@@ -137,7 +146,10 @@ def render(results: dict[str, Any]) -> str:
             if part is None:
                 cells += ["not run", "not run"]
             else:
-                cells += [f"{part['lookup_median_ms']} ({part['lookup_p95_ms']})", str(part["searches_median_ms"])]
+                cells += [
+                    f"{part['lookup_median_ms']} ({part['lookup_p95_ms']})",
+                    str(part["searches_median_ms"]),
+                ]
         lines.append(f"| {size:,} | " + " | ".join(cells) + " |")
     for label in ("lite", "server"):
         got = results[label]
@@ -148,7 +160,9 @@ def render(results: dict[str, Any]) -> str:
             if label == "server":
                 verdict = " (target <= 1.5: " + ("met" if ratio <= 1.5 else "**missed**") + ")"
             lines.append("")
-            lines.append(f"- {label}: median lookup at {int(last):,} / at {int(first):,} = {ratio:.2f}{verdict}")
+            lines.append(
+                f"- {label}: median lookup at {int(last):,} / at {int(first):,} = {ratio:.2f}{verdict}"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -132,7 +132,10 @@ class WatchSettings(BaseModel):
         default=0.5, gt=0, le=60, description="How often the watched folder's modification times are read."
     )
     debounce_s: float = Field(
-        default=1.0, ge=0, le=600, description="Quiet time after the last change before the folder is ingested."
+        default=1.0,
+        ge=0,
+        le=600,
+        description="Quiet time after the last change before the folder is ingested.",
     )
 
 

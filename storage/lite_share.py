@@ -226,7 +226,9 @@ class SharedLiteClient:
         return call
 
     def _recover(self, failed: Any) -> None:
-        logger.warning("the owner of Milvus Lite %s went away; taking over or reconnecting", self._share.db_path)
+        logger.warning(
+            "the owner of Milvus Lite %s went away; taking over or reconnecting", self._share.db_path
+        )
         self._share.ensure(self._timeout)
         with self._swap:
             if self._client is failed:  # another thread may have recovered already

@@ -43,7 +43,9 @@ def drop_prefixed(uri: str, prefix: str) -> None:
         client.close()
 
 
-def clone_data_dir(template: Path, target: Path, *, uri: str, source_prefix: str, prefix: str, embedder: Any) -> Path:
+def clone_data_dir(
+    template: Path, target: Path, *, uri: str, source_prefix: str, prefix: str, embedder: Any
+) -> Path:
     """Copy an ingested data directory to another collection prefix on the server.
 
     The catalog is a file (copied and renamed after the collection); the vectors live on the
