@@ -87,10 +87,10 @@ def _time_lookups(store: MilvusVectorStore, embedder: Any, rounds: int) -> dict[
 
 
 def run(sizes: list[int], rounds: int, server_uri: str | None, work: Path) -> dict[str, Any]:
-    from retrieval.embedders import E5SmallEmbedder
+    from retrieval.embedders import CachedEmbedder, E5SmallEmbedder
     from scripts.milvus_server import start, stop
 
-    embedder = E5SmallEmbedder()
+    embedder = CachedEmbedder(E5SmallEmbedder(), size=0)
     server_data = work / "milvus-server"
     started_here = server_uri is None
     if server_uri is None:
