@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-token", default=None, help="require this bearer token (env LOOKUP_KNOWLEDGE_AUTH_TOKEN)"
     )
     p.add_argument("--stateless", action="store_true", help="streamable HTTP without MCP sessions")
+    p.add_argument(
+        "--watch", type=Path, default=None, metavar="DIR", help="keep the index in sync with this folder"
+    )
     _common(p)
 
     p = sub.add_parser("stats", help="summarise the invocation log")
@@ -114,6 +117,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None,
     if http:
         base = load_settings(config_path, **overrides).http.model_dump()
         overrides["http"] = {**base, **http}
+    if getattr(args, "watch", None) is not None:
+        base = load_settings(config_path, **overrides).watch.model_dump()
+        overrides["watch"] = {**base, "directory": args.watch}
     return load_settings(config_path, **overrides), config_path, overrides
 
 

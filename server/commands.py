@@ -51,11 +51,14 @@ class _ProgressBar:
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     from retrieval.ingest import IngestError
+    from server.watch import ingest_lock
 
     runtime = _open(settings)
     bar = _ProgressBar()
     try:
-        report = runtime.ingestor().run(args.directory, progress=bar)
+        # Servers on this data directory keep serving; they see the new content once it commits.
+        with ingest_lock(settings.data_dir):
+            report = runtime.ingestor().run(args.directory, progress=bar)
     except IngestError as exc:
         raise CommandError(str(exc)) from exc
     finally:

@@ -17,7 +17,7 @@ from server.settings import ConfigError, Settings, load_settings
 
 logger = logging.getLogger(__name__)
 
-_RESTART_ONLY = ("milvus", "embedder", "chunking", "data_dir", "http")
+_RESTART_ONLY = ("milvus", "embedder", "chunking", "data_dir", "http", "watch")
 
 
 class SettingsHolder:

@@ -10,9 +10,11 @@ the first lookup waits for the warm-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from retrieval.embedders import Embedder
@@ -57,6 +59,7 @@ class AppResources:
         self._refs = 0
         self._lock = asyncio.Lock()
         self._warmup: asyncio.Task[Runtime] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self.runtime: Runtime | None = None
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
@@ -76,6 +79,8 @@ class AppResources:
             self._warmup = asyncio.create_task(
                 asyncio.to_thread(open_runtime, settings, embedder=self._embedder, store=self._store)
             )
+            if settings.watch.directory is not None:
+                self._watch = asyncio.create_task(self._keep_in_sync(settings.watch.directory))
             if settings.log.enabled:
                 self.log = await InvocationLog.open(
                     settings.data_dir / "log.sqlite", log_queries=settings.log.log_queries
@@ -88,6 +93,11 @@ class AppResources:
             self._refs -= 1
             if self._refs > 0:
                 return
+            if self._watch is not None:
+                self._watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watch
+                self._watch = None
             if self._warmup is not None:
                 try:
                     runtime = await self._warmup
@@ -114,6 +124,22 @@ class AppResources:
             self.runtime = runtime
             self.service = LookupService(runtime.engine, self.memory, self._policy)
         return self.service
+
+    async def _keep_in_sync(self, root: Path) -> None:
+        """serve --watch: once the stack is warm, ingest root at start and after each change."""
+        from server.watch import FolderWatcher, watch_ingest
+
+        try:
+            runtime = await asyncio.shield(self._warmup)  # type: ignore[arg-type]
+        except Exception:  # every lookup reports the warm-up failure; nothing to watch with
+            logger.error("not watching %s: the knowledge base is unavailable", root)
+            return
+        watch = self.settings.watch
+        watcher = FolderWatcher(
+            root, watch_ingest(runtime, root), poll_s=watch.poll_interval_s, debounce_s=watch.debounce_s
+        )
+        logger.info("watching %s", root)
+        await watcher.run()
 
     def _policy(self):  # type: ignore[no-untyped-def]
         settings = self.settings

@@ -17,6 +17,7 @@ from server.resources import AppResources
 from server.session import new_stdio_key
 from server.settings import Settings
 from server.stdio_transport import run_stdio
+from storage import lite_share
 from storage.vector_store import StoreError, check_reachable, is_lite_uri
 
 logger = logging.getLogger(__name__)
@@ -58,16 +59,16 @@ def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: b
 
 
 def milvus_startup_problem(settings: Settings) -> str | None:
-    """Why a remote Milvus cannot be used (None when it can, or when it is a Lite file).
+    """Why Milvus cannot be used (None when it can).
 
     The retrieval stack warms up in the background after ``initialize``, so without this
     check an unreachable server would only show up as an error on every lookup. Connecting
-    is bounded by milvus.timeout_s. Milvus Lite is not probed: it is a local file, and
-    opening it twice would delay ``initialize`` by the Lite start-up time.
+    is bounded by milvus.timeout_s. A Lite directory is only checked for a holder that does
+    not share it (storage.lite_share); opening it here would delay ``initialize``.
     """
     uri = settings.milvus_uri
     if is_lite_uri(uri):
-        return None
+        return lite_share.probe(uri, settings.milvus.timeout_s)
     try:
         check_reachable(uri, settings.milvus.token, settings.milvus.timeout_s)
     except StoreError as exc:

@@ -144,6 +144,23 @@ class HttpSettings(BaseModel):
     )
 
 
+class WatchSettings(BaseModel):
+    directory: Path | None = Field(
+        default=None,
+        description="serve --watch: a knowledge base folder kept in sync with the index while serving "
+        "(ingested at start and after every burst of changes).",
+    )
+    poll_interval_s: float = Field(
+        default=0.5, gt=0, le=60, description="How often the watched folder's modification times are read."
+    )
+    debounce_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=600,
+        description="Quiet time after the last change before the folder is ingested.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything configurable, with the defaults that ``make run`` uses."""
 
@@ -161,6 +178,7 @@ class Settings(BaseSettings):
     governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
     log: LogSettings = Field(default_factory=LogSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
 
     @model_validator(mode="after")
     def _model_covers_embedder(self) -> Settings:

@@ -1,8 +1,9 @@
 """L1: chunk vectors in Milvus through ``pymilvus.MilvusClient``.
 
 Only the portable MilvusClient API is used, so the Lite file and a standalone or distributed
-cluster run the same code: changing ``milvus.uri`` is the only switch. pymilvus is synchronous:
-callers on the event loop use ``asyncio.to_thread``.
+cluster run the same code: changing ``milvus.uri`` is the only switch. A Lite directory is shared
+by every process that opens it (storage.lite_share). pymilvus is synchronous: callers on the
+event loop use ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from storage import lite_share
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -192,6 +195,14 @@ def check_reachable(uri: str, token: str | None, timeout_s: float) -> None:
 def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
     from pymilvus import MilvusClient
 
+    if is_lite_uri(uri):
+        # A Lite directory is locked by one process; lite_share serves it to the others.
+        try:
+            return lite_share.connect(uri, timeout_s)  # type: ignore[return-value]
+        except lite_share.LiteShareError as exc:
+            raise StoreError(str(exc)) from exc
+        except Exception as exc:  # pymilvus raises many types; all mean "cannot use this URI"
+            raise StoreError(f"cannot connect to Milvus at {uri!r} within {timeout_s:g}s: {exc}") from exc
     kwargs: dict[str, Any] = {"uri": uri, "timeout": timeout_s}
     if token:
         kwargs["token"] = token

@@ -1,8 +1,9 @@
 """Shared fixtures: the real e5 model, a once-ingested copy of the sample knowledge base, servers.
 
 Ingesting the sample knowledge base with the real model takes ~20 s, so it happens once per
-test session into a template directory; every test that needs state gets its own copy (a
-Milvus Lite file can be opened by one process at a time, and tests must not share memory).
+test session into a template directory; every test that needs state gets its own copy (tests
+must not share memory or documents). With ``--milvus-server`` the same tests run against a real
+Milvus server, each with its own collection prefix (see tests/milvus_target.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,68 @@ from typing import Any
 
 import pytest
 
+from tests import milvus_target
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"
 PYTHON = sys.executable
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--milvus-server",
+        action="store_true",
+        help="start Milvus 2.3.5 standalone for the session and run against it instead of Milvus Lite "
+        f"(or set {milvus_target.TEST_URI_VAR} to a running server)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "lite_only: about the Milvus Lite file itself; skipped on a server")
+
+
+@pytest.fixture(scope="session")
+def milvus_server_uri(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str | None]:
+    """The Milvus server of this run (None: Milvus Lite); started here and stopped at the end."""
+    import os
+
+    given = os.environ.get(milvus_target.TEST_URI_VAR)
+    if given:
+        yield given
+        return
+    if not request.config.getoption("--milvus-server"):
+        yield None
+        return
+    from scripts.milvus_server import start, stop
+
+    data = tmp_path_factory.mktemp("milvus-server")
+    server = start(data)
+    try:
+        yield server.uri
+    finally:
+        stop(data)
+
+
+@pytest.fixture(autouse=True)
+def milvus_prefix(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, milvus_server_uri: str | None
+) -> Iterator[str | None]:
+    """On a server: this test's own collection prefix, in the environment settings read."""
+    monkeypatch.delenv(milvus_target.URI_VAR, raising=False)
+    monkeypatch.delenv(milvus_target.PREFIX_VAR, raising=False)
+    if milvus_server_uri is None:
+        yield None
+        return
+    if request.node.get_closest_marker("lite_only"):
+        pytest.skip("about the Milvus Lite file; this run targets a Milvus server")
+    prefix = milvus_target.prefix_for(request.node.nodeid)
+    monkeypatch.setenv(milvus_target.URI_VAR, milvus_server_uri)
+    monkeypatch.setenv(milvus_target.PREFIX_VAR, prefix)
+    milvus_target.drop_prefixed(milvus_server_uri, prefix)
+    yield prefix
+    milvus_target.drop_prefixed(milvus_server_uri, prefix)
 
 
 @pytest.fixture(scope="session")
@@ -29,13 +89,15 @@ def e5_embedder() -> Any:
 
 
 @pytest.fixture(scope="session")
-def sample_template(tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any) -> Path:
+def sample_template(
+    tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any, milvus_server_uri: str | None
+) -> Path:
     """A data directory holding the ingested sample knowledge base (do not modify: copy it)."""
     from server.runtime import open_runtime
     from server.settings import load_settings
 
     data_dir = tmp_path_factory.mktemp("sample-template")
-    settings = load_settings(None, data_dir=data_dir)
+    settings = load_settings(None, data_dir=data_dir, milvus=_template_milvus(milvus_server_uri))
     runtime = open_runtime(settings, embedder=e5_embedder)
     try:
         report = runtime.ingestor().run(SAMPLE_KB)
@@ -45,12 +107,37 @@ def sample_template(tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any) 
     return data_dir
 
 
+def _template_milvus(uri: str | None) -> dict[str, Any] | None:
+    if uri is None:
+        return None
+    import os
+
+    return {"uri": uri, "collection_prefix": f"tpl_{os.getpid()}"}
+
+
 @pytest.fixture
-def data_dir(tmp_path: Path, sample_template: Path) -> Path:
+def data_dir(
+    tmp_path: Path,
+    sample_template: Path,
+    milvus_server_uri: str | None,
+    milvus_prefix: str | None,
+    e5_embedder: Any,
+) -> Path:
     """A private, writable copy of the ingested sample knowledge base."""
     target = tmp_path / "data"
-    shutil.copytree(sample_template, target)
-    return target
+    if milvus_server_uri is None or milvus_prefix is None:
+        shutil.copytree(sample_template, target)
+        return target
+    template = _template_milvus(milvus_server_uri)
+    assert template is not None
+    return milvus_target.clone_data_dir(
+        sample_template,
+        target,
+        uri=milvus_server_uri,
+        source_prefix=template["collection_prefix"],
+        prefix=milvus_prefix,
+        embedder=e5_embedder,
+    )
 
 
 @pytest.fixture
@@ -90,4 +177,5 @@ def server_env(data_dir: Path) -> Iterator[dict[str, str]]:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
     env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+    env.update(milvus_target.target_env())
     yield env

@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.milvus_target import target_env
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "server.cli"]
 
@@ -68,4 +70,6 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
 def cli_env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
     env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+    # The test's Milvus server and collection prefix, when the run targets a server.
+    env.update(target_env())
     return env

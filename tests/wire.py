@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from tests.helpers import CLI, ROOT, free_port, stop, wait_for_port
+from tests.milvus_target import target_env
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 INITIALIZE = {
@@ -64,6 +65,8 @@ def server_env(data_dir: Path, **settings: str) -> dict[str, str]:
     """The environment for a server subprocess: no inherited LOOKUP_KNOWLEDGE_*, then ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
     env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+    # The test's Milvus server and collection prefix, when the run targets a server.
+    env.update(target_env())
     env.update(settings)
     return env
 

@@ -1,0 +1,279 @@
+"""One Milvus Lite directory served to every process of the machine that uses it.
+
+Milvus Lite (milvus_lite 3.x) is a pure-Python engine behind a gRPC servicer; its
+``MilvusLite(data_dir)`` takes an exclusive ``flock`` on ``<data_dir>/LOCK``, so a second process
+that opens the same ``.db`` gets ``DataDirLockedError``. pymilvus hides that behind a generic
+"Open local milvus failed".
+
+The design here: the first process to take the lock *owns* the directory and serves it on a unix
+socket (private to the user: the socket's directory is mode 0700); every other process, and the
+owner itself, talks to it through that socket with an ordinary ``MilvusClient``. The socket path
+is derived from the directory's absolute path, so no process has to find it. When the owner
+exits, the kernel drops its lock; the next call of a survivor fails, the survivor takes the lock
+and serves the socket itself, and the call is retried once (upsert, delete by filter, flush and
+search are all idempotent). A holder that does not serve the socket (another program, or
+an older version of this one) is named by PID in a one-line error; nothing degrades silently.
+
+This module is the one adapter that knows milvus_lite's classes; storage.vector_store only asks
+it for a client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILENAME = "LOCK"  # milvus_lite.constants.LOCK_FILENAME
+_MAX_MESSAGE_SIZE = 256 * 1024 * 1024  # what milvus_lite's own server allows
+_SERVER_THREADS = 10
+
+
+class LiteShareError(RuntimeError):
+    """The Lite directory is held by a process that does not share it, or cannot be opened."""
+
+
+def socket_path(db_path: Path) -> Path:
+    """Where the owner of db_path serves it: short (unix sockets allow ~107 bytes) and per user."""
+    digest = hashlib.sha1(str(db_path.resolve()).encode()).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / f"lookup-knowledge-{os.getuid()}" / f"{digest}.sock"
+
+
+def socket_answers(path: Path) -> bool:
+    """Whether something accepts connections on the unix socket (a stale file refuses)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+def lock_holder(db_path: Path) -> int | None:
+    """The PID holding milvus_lite's flock on db_path, from /proc/locks (None if unknown)."""
+    try:
+        inode = (db_path / LOCK_FILENAME).stat().st_ino
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:2f:123456 0 EOF"
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+            with contextlib.suppress(ValueError):
+                return int(parts[4])
+    return None
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace")
+    except OSError:
+        return f"PID {pid}"
+    return f"PID {pid} ({cmdline.strip()[:120]})"
+
+
+def locked_message(db_path: Path, timeout_s: float) -> str:
+    """One line: who holds the directory, and the ways out."""
+    pid = lock_holder(db_path)
+    holder = _describe(pid) if pid is not None else "another process"
+    return (
+        f"the Milvus Lite data at {str(db_path)!r} is held by {holder}, which does not share it "
+        f"(no answer on {socket_path(db_path)} within {timeout_s:g}s); stop that process, "
+        "use another --data-dir, or set milvus.uri to a Milvus server"
+    )
+
+
+class _Share:
+    """This process's handle on one Lite directory: owned and served here, or reached over the socket."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self.socket = socket_path(db_path)
+        self.refs = 0
+        self.lock = threading.RLock()
+        self._db: Any = None
+        self._server: Any = None
+
+    @property
+    def uri(self) -> str:
+        return f"unix:{self.socket}"
+
+    @property
+    def owned(self) -> bool:
+        return self._server is not None
+
+    def ensure(self, timeout_s: float) -> None:
+        """Make the socket answer: serve it from here when the directory is free, else wait for its owner."""
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            while True:
+                if self._server is not None or self._try_own():
+                    return
+                if socket_answers(self.socket):
+                    return
+                if time.monotonic() >= deadline:
+                    raise LiteShareError(locked_message(self.db_path, timeout_s))
+                # The owner took the lock but is still binding the socket, or is exiting.
+                time.sleep(0.1)
+
+    def _try_own(self) -> bool:
+        import grpc
+        from milvus_lite import DataDirLockedError
+        from milvus_lite.adapter.grpc.servicer import MilvusServicer
+        from milvus_lite.db import MilvusLite
+        from pymilvus.grpc_gen import milvus_pb2_grpc
+
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = MilvusLite(str(self.db_path))
+        except DataDirLockedError:
+            return False
+        except OSError as exc:
+            raise LiteShareError(f"cannot open the Milvus Lite data at {str(self.db_path)!r}: {exc}") from exc
+        try:
+            # Loaded is a state of the serving process: a new owner must load what the old one had
+            # loaded, or every search of the survivors fails with "call load() before search".
+            for name in db.list_collections():
+                db.get_collection(name).load()
+            self.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # We hold the lock, so a socket file left here belongs to an owner that is gone.
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()
+            server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=_SERVER_THREADS, thread_name_prefix="lite-share"),
+                options=[
+                    ("grpc.max_receive_message_length", _MAX_MESSAGE_SIZE),
+                    ("grpc.max_send_message_length", _MAX_MESSAGE_SIZE),
+                    # pymilvus pings every 10 s even when idle; gRPC's default server policy answers
+                    # that with GOAWAY "too_many_pings" and drops the connection of an idle server.
+                    ("grpc.keepalive_permit_without_calls", 1),
+                    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+                    ("grpc.http2.max_ping_strikes", 0),
+                ],
+            )
+            milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
+            server.add_insecure_port(self.uri)
+            server.start()
+        except BaseException:
+            db.close()
+            raise
+        self._db, self._server = db, server
+        logger.info("serving Milvus Lite %s to other processes on %s", self.db_path, self.socket)
+        return True
+
+    def disown(self) -> None:
+        """Stop serving and release the lock, so that a survivor can take over."""
+        with self.lock:
+            if self._server is None:
+                return
+            self._server.stop(grace=1.0).wait()
+            self._db.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()
+            self._db, self._server = None, None
+
+
+_shares: dict[Path, _Share] = {}
+_shares_lock = threading.Lock()
+
+
+class SharedLiteClient:
+    """A ``MilvusClient`` on the shared socket that survives its owner: recover, then retry once.
+
+    Only the client methods are proxied; a failure while the socket still answers is the
+    caller's error (a bad filter, a missing collection) and is raised unchanged.
+    """
+
+    def __init__(self, share: _Share, timeout_s: float) -> None:
+        self._share = share
+        self._timeout = timeout_s
+        self._swap = threading.Lock()
+        self._client = self._new_client()
+
+    def _new_client(self) -> Any:
+        from pymilvus import MilvusClient
+
+        # dedicated: pymilvus otherwise shares one connection per URI in the process, and a closed
+        # client's broken channel would be handed to the client that replaces it.
+        return MilvusClient(uri=self._share.uri, timeout=self._timeout, dedicated=True)
+
+    def __getattr__(self, name: str) -> Any:
+        if not callable(getattr(self._client, name)):
+            return getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            client = self._client
+            try:
+                return getattr(client, name)(*args, **kwargs)
+            except Exception:
+                if self._share.owned or socket_answers(self._share.socket):
+                    raise
+            self._recover(client)
+            return getattr(self._client, name)(*args, **kwargs)
+
+        return call
+
+    def _recover(self, failed: Any) -> None:
+        logger.warning(
+            "the owner of Milvus Lite %s went away; taking over or reconnecting", self._share.db_path
+        )
+        self._share.ensure(self._timeout)
+        with self._swap:
+            if self._client is failed:  # another thread may have recovered already
+                with contextlib.suppress(Exception):
+                    failed.close()
+                self._client = self._new_client()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+        release(self._share)
+
+
+def connect(db_uri: str, timeout_s: float) -> SharedLiteClient:
+    """A client on the Lite directory db_uri, shared with every other process that opens it."""
+    db_path = Path(db_uri).resolve()
+    with _shares_lock:
+        share = _shares.setdefault(db_path, _Share(db_path))
+        share.refs += 1
+    try:
+        share.ensure(timeout_s)
+        return SharedLiteClient(share, timeout_s)
+    except BaseException:
+        release(share)
+        raise
+
+
+def release(share: _Share) -> None:
+    """Drop one reference; the last one in this process stops serving (a survivor takes over)."""
+    with _shares_lock:
+        share.refs -= 1
+        if share.refs > 0:
+            return
+        _shares.pop(share.db_path, None)
+    share.disown()
+
+
+def probe(db_uri: str, timeout_s: float) -> str | None:
+    """Why this process could not use the Lite directory (None when it is free or shared)."""
+    db_path = Path(db_uri).resolve()
+    deadline = time.monotonic() + timeout_s
+    sock = socket_path(db_path)
+    while True:
+        if lock_holder(db_path) is None or socket_answers(sock):
+            return None
+        if time.monotonic() >= deadline:
+            return locked_message(db_path, timeout_s)
+        time.sleep(0.1)

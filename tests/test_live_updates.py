@@ -1,0 +1,114 @@
+"""Live updates: an ingest or a watched folder changes what a running server answers, without a restart."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from server.watch import FolderWatcher, snapshot
+from tests.conftest import SAMPLE_KB
+from tests.helpers import CLI, ROOT
+from tests.wire import RawSession, served_http, server_env
+
+pytestmark = pytest.mark.slow
+
+NEW_DOC = "infrastructure/zebra-cache.md"
+NEW_TEXT = (
+    "---\ntitle: Zebra cache eviction\nkeywords: [ZEBRA_EVICT_42]\n---\n# Zebra cache\n\n"
+    "ZEBRA_EVICT_42 is the error the zebra cache raises when it evicts a pinned entry.\n"
+)
+QUERY = "ZEBRA_EVICT_42"
+
+
+def _primary(url: str, query: str) -> str | None:
+    # A fresh session per attempt: a NO_MATCH must not count against the next one.
+    result = RawSession(url).call_tool("lookup_knowledge", {"query": query})["result"]
+    assert not result.get("isError"), result
+    found = result["structuredContent"].get("primary")
+    return found["doc_key"] if found else None
+
+
+def _found_within(url: str, seconds: float) -> float:
+    """Seconds until the new document is the answer; fails after ``seconds``."""
+    started = time.monotonic()
+    while True:  # each attempt is bounded by the HTTP client's timeout
+        if _primary(url, QUERY) == NEW_DOC:
+            return time.monotonic() - started
+        assert time.monotonic() - started < seconds, f"{NEW_DOC} not served within {seconds}s"
+        time.sleep(0.2)
+
+
+def _kb_copy(target: Path) -> Path:
+    shutil.copytree(SAMPLE_KB, target)
+    return target
+
+
+def test_ingest_while_a_server_serves_is_answered_by_that_server_within_5s(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    env = server_env(data_dir)
+    kb = _kb_copy(tmp_path / "kb")
+    with served_http(env, tmp_path / "logs") as served:
+        assert _primary(served.url, QUERY) != NEW_DOC  # warm, and not there yet
+        (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
+        ingest = subprocess.run(
+            [*CLI, "ingest", str(kb)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert ingest.returncode == 0, ingest.stderr[-3000:]
+        assert ingest.stdout.startswith("added 1, updated 0, deleted 0"), ingest.stdout
+        _found_within(served.url, 5.0)
+        assert served.proc.poll() is None
+
+
+def test_watched_folder_is_ingested_after_a_write_and_bad_files_are_reported(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    env = server_env(data_dir, LOOKUP_KNOWLEDGE_WATCH__DEBOUNCE_S="0.5")
+    kb = _kb_copy(tmp_path / "kb")
+    with served_http(env, tmp_path / "logs", extra=["--watch", str(kb)]) as served:
+        assert _primary(served.url, QUERY) != NEW_DOC
+        (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
+        (kb / "broken.md").write_text("---\ntitle: [oops\n---\nx", encoding="utf-8")
+        _found_within(served.url, 5.0)
+        # The report is logged when the ingest returns, after its flush (~1 s on a Milvus server),
+        # which is later than the catalog commit that made the document visible.
+        deadline = time.monotonic() + 30
+        while "failed 1" not in served.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        output = served.output()
+    assert "failed: broken.md: broken YAML front matter" in output, output[-3000:]
+    assert "added 1, updated 0, deleted 0, skipped 31, failed 1" in output, output[-3000:]
+
+
+async def test_a_burst_of_changes_becomes_one_ingest_after_the_quiet_period(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    root.mkdir()
+    runs: list[dict[str, Any]] = []
+
+    def ingest() -> Any:
+        runs.append(snapshot(root))
+        from retrieval.ingest import IngestReport
+
+        return IngestReport()
+
+    watcher = FolderWatcher(root, ingest, poll_s=0.05, debounce_s=0.4)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher.run)
+            while watcher.ingests < 1:  # the ingest at start
+                await anyio.sleep(0.02)
+            for i in range(5):  # five writes 0.1 s apart: one burst
+                (root / f"doc{i}.md").write_text(f"# Doc {i}\n\nbody {i}\n")
+                await anyio.sleep(0.1)
+            while watcher.ingests < 2:
+                await anyio.sleep(0.02)
+            await anyio.sleep(0.8)  # no further change: no further ingest
+            tg.cancel_scope.cancel()
+    assert watcher.ingests == 2
+    assert len(runs[1]) == 5

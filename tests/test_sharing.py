@@ -1,0 +1,123 @@
+"""Several server processes on one data directory: all serve, a survivor takes over, a holder is named."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage import lite_share
+from tests.helpers import CLI, ROOT, stop
+from tests.milvus_target import target_env
+from tests.wire import RawSession, StdioPeer, served_http, server_env
+
+pytestmark = pytest.mark.slow
+
+QUERY = "ERR_TIMEOUT 是什么"
+DOC = "error-codes/err-timeout.md"
+LATER_QUERY = "Redis cluster failover"
+LATER_DOC = "infrastructure/redis-cluster.md"
+_ids = itertools.count(100)
+
+
+def stdio_lookup(peer: StdioPeer, query: str, timeout: float = 120.0) -> dict[str, Any]:
+    """One tools/call over a raw stdio peer; returns the JSON-RPC result."""
+    request_id = next(_ids)
+    peer.send(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "lookup_knowledge", "arguments": {"query": query}},
+        }
+    )
+    while True:
+        message = peer.receive(timeout=timeout)
+        if message.get("id") == request_id:
+            return message["result"]  # type: ignore[no-any-return]
+
+
+def primary(result: dict[str, Any]) -> str | None:
+    assert not result.get("isError"), result
+    found = result["structuredContent"].get("primary")
+    return found["doc_key"] if found else None
+
+
+@contextlib.contextmanager
+def stdio_peer(env: dict[str, str], stderr: Path) -> Iterator[StdioPeer]:
+    peer = StdioPeer(env, stderr)
+    try:
+        peer.initialize()
+        yield peer
+    finally:
+        peer.close()
+
+
+def test_two_stdio_servers_and_one_http_server_on_one_data_dir_answer_the_same_lookup(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    env = server_env(data_dir)
+    with (
+        stdio_peer(env, tmp_path / "a.err") as a,
+        stdio_peer(env, tmp_path / "b.err") as b,
+        served_http(env, tmp_path / "http") as http,
+    ):
+        session = RawSession(http.url)
+        answers = {
+            "stdio a": primary(stdio_lookup(a, QUERY)),
+            "stdio b": primary(stdio_lookup(b, QUERY)),
+            "http": primary(session.call_tool("lookup_knowledge", {"query": QUERY})["result"]),
+        }
+        assert answers == {"stdio a": DOC, "stdio b": DOC, "http": DOC}, (
+            answers,
+            (tmp_path / "a.err").read_text(errors="replace")[-2000:],
+            (tmp_path / "b.err").read_text(errors="replace")[-2000:],
+        )
+        if target_env():
+            return  # a Milvus server has no owning process to stop
+        # The process that owns the Lite directory exits: the other two keep answering.
+        lookups = {
+            a.proc.pid: lambda query: stdio_lookup(a, query),
+            b.proc.pid: lambda query: stdio_lookup(b, query),
+            http.proc.pid: lambda query: session.call_tool("lookup_knowledge", {"query": query})["result"],
+        }
+        holder = lite_share.lock_holder(data_dir / "milvus.db")
+        assert holder in lookups, (holder, list(lookups))
+        stop(next(p for p in (a.proc, b.proc, http.proc) if p.pid == holder))
+        for pid, lookup in lookups.items():
+            if pid != holder:
+                assert primary(lookup(LATER_QUERY)) == LATER_DOC
+        assert lite_share.lock_holder(data_dir / "milvus.db") in set(lookups) - {holder}
+
+
+@pytest.mark.lite_only
+def test_a_holder_that_does_not_share_the_directory_stops_serve_naming_its_pid(data_dir: Path) -> None:
+    lock = data_dir / "milvus.db" / lite_share.LOCK_FILENAME
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held like an old version would, without a socket
+        proc = subprocess.run(
+            [*CLI, "serve"],
+            env=server_env(data_dir, LOOKUP_KNOWLEDGE_MILVUS__TIMEOUT_S="2"),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(fd)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: the Milvus Lite data at ")
+    assert f"is held by PID {os.getpid()} " in errors[0]
+    assert "stop that process, use another --data-dir, or set milvus.uri to a Milvus server" in errors[0]
+    assert proc.stdout == ""
