@@ -25,7 +25,9 @@ class ChunkScore:
     chunk_id: str
     doc_key: str
     fused: float
-    similarity: float | None  # dense similarity with the cross-language offset, when the dense search found it
+    similarity: (
+        float | None
+    )  # dense similarity with the cross-language offset, when the dense search found it
     coverage: float  # share of the query's term weight that the chunk contains (0..1)
 
 
@@ -85,7 +87,9 @@ def _ranked_doc(doc_key: str, chunks: list[ChunkScore], l0: bool, floor: float) 
 
 def features(evidence: Evidence, ranked: list[RankedDoc]) -> dict[str, float]:
     """What the tier models read: how strong, how clear and how much the channels agree."""
-    by_similarity = sorted((d for d in ranked if d.similarity is not None), key=lambda d: -(d.similarity or 0.0))
+    by_similarity = sorted(
+        (d for d in ranked if d.similarity is not None), key=lambda d: -(d.similarity or 0.0)
+    )
     best = by_similarity[0].similarity or 0.0 if by_similarity else 0.0
     second = by_similarity[1].similarity or 0.0 if len(by_similarity) > 1 else 0.0
     lexical_top = evidence.lexical[0].doc_key if evidence.lexical else None

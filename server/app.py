@@ -250,9 +250,7 @@ def create_server(
         """
         return await read_document(ctx, "read_knowledge_doc", doc_key, section)
 
-    @mcp.resource(
-        "knowledge://doc/{+doc_key}{?section}", name="knowledge-doc", mime_type="application/json"
-    )
+    @mcp.resource("knowledge://doc/{+doc_key}{?section}", name="knowledge-doc", mime_type="application/json")
     async def doc_resource(doc_key: str, ctx: Context, section: str | None = None) -> str:
         """A whole document, or one section of it (?section=...), counted in the session's memory."""
         try:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from retrieval.models import DocumentContent, KnowledgeMap, LookupResult
 
-
 # A result with no new content costs the agent context all the same: keep its text this short.
 TERSE_LIMIT = 200
 
 
 def _doc(label: str, doc: DocumentContent) -> list[str]:
-    more = f" — {len(doc.sections)} of {doc.section_count} passages; more: read_knowledge_doc" if doc.partial else ""
+    more = (
+        f" — {len(doc.sections)} of {doc.section_count} passages; more: read_knowledge_doc"
+        if doc.partial
+        else ""
+    )
     return [f"## {label}: {doc.title}  [{doc.domain}] ({doc.doc_key}){more}", doc.content.strip(), ""]
 
 

@@ -43,7 +43,6 @@ from storage.stats_queries import BLOCKING_REASONS
 from storage.vector_store import MilvusVectorStore
 
 
-
 class TraceError(ValueError):
     """The trace file cannot be read; the message names the file and line."""
 

@@ -33,9 +33,10 @@ class Runtime:
     catalog: Catalog
     engine: KnowledgeEngine
 
-    def ingestor(self) -> Ingestor:
+    def ingestor(self, catalog: Catalog | None = None) -> Ingestor:
+        """An ingestor over this runtime's store and model; a watcher passes a catalog connection of its own."""
         return Ingestor(
-            self.catalog,
+            catalog or self.catalog,
             self.store,
             self.embedder,
             rule=chunking_rule(self.settings, self.embedder),

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from retrieval.ingest import IngestError, Ingestor, IngestReport
+from retrieval.ingest import IngestError, IngestReport
 from server.runtime import Runtime, catalog_path
 from storage.catalog import Catalog
 
@@ -130,14 +130,7 @@ def watch_ingest(runtime: Runtime, root: Path) -> Callable[[], IngestReport]:
         with ingest_lock(settings.data_dir):
             catalog = Catalog(catalog_path(settings, runtime.store.collection))
             try:
-                ingestor = Ingestor(
-                    catalog,
-                    runtime.store,
-                    runtime.embedder,
-                    max_chars=settings.chunking.max_chars,
-                    batch_size=settings.embedder.batch_size,
-                )
-                return ingestor.run(root)
+                return runtime.ingestor(catalog).run(root)
             finally:
                 catalog.close()
 

@@ -108,7 +108,11 @@ class MilvusVectorStore:
         index = self._client.prepare_index_params()
         # COSINE: Milvus returns the cosine itself (L2 would come back squared).
         index.add_index(field_name=VECTOR_FIELD, index_type="HNSW", metric_type="COSINE", params=_HNSW)
-        self._client.create_collection(self.collection, schema=schema, index_params=index)
+        # Strong: a read right after an upsert or delete sees it. A Milvus server defaults to Bounded
+        # staleness, where an ingest's new chunks could stay invisible for a moment after the switch.
+        self._client.create_collection(
+            self.collection, schema=schema, index_params=index, consistency_level="Strong"
+        )
         self._client.load_collection(self.collection)
 
     def _vector_dim(self) -> int:

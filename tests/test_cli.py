@@ -140,8 +140,16 @@ def test_calibrate_reports_held_out_figures_and_writes_the_model(
     config = tmp_path / "config.yaml"
     config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
     code, report = _run(
-        capsys, "calibrate", str(api), str(errors), "--json", "--write", "--config", str(config),
-        "--data-dir", str(tmp_path / "data"),
+        capsys,
+        "calibrate",
+        str(api),
+        str(errors),
+        "--json",
+        "--write",
+        "--config",
+        str(config),
+        "--data-dir",
+        str(tmp_path / "data"),
     )
     assert code == 0
     assert set(report["held_out"]) == {"api-set", "error-set"}

@@ -33,7 +33,9 @@ DIFFERENT = [
 ]
 
 
-async def _parallel(client: Client, queries: list[str], meta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+async def _parallel(
+    client: Client, queries: list[str], meta: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
 
     async def one(query: str) -> None:
@@ -71,7 +73,9 @@ def _check_identical(results: list[dict[str, Any]], data_dir: Path) -> None:
     assert sorted(_call_indexes(data_dir, scope)) == list(range(1, N + 1))
     refused = [r for r in results if not r["found"]]
     assert all(r["relevance_level"] == "DEDUPED" for r in refused)
-    assert all("error-codes/err-timeout.md" in [d["doc_key"] for d in r["already_in_context"]] for r in refused)
+    assert all(
+        "error-codes/err-timeout.md" in [d["doc_key"] for d in r["already_in_context"]] for r in refused
+    )
 
 
 def _check_different(results: list[dict[str, Any]], data_dir: Path) -> None:
@@ -89,7 +93,9 @@ async def test_parallel_identical_calls_in_process_deliver_the_document_once(
     _check_identical(results, data_dir)
 
 
-async def test_parallel_different_calls_in_process_never_repeat_a_passage(make_server: Any, data_dir: Path) -> None:
+async def test_parallel_different_calls_in_process_never_repeat_a_passage(
+    make_server: Any, data_dir: Path
+) -> None:
     async with Client(make_server(), mode="legacy") as client:
         results = await _parallel(client, DIFFERENT)
     _check_different(results, data_dir)
@@ -114,7 +120,9 @@ async def test_parallel_calls_over_stdio_are_ordered(server_env: dict[str, str],
 
 
 @pytest.mark.slow
-async def test_parallel_calls_over_streamable_http_are_ordered(server_env: dict[str, str], data_dir: Path) -> None:
+async def test_parallel_calls_over_streamable_http_are_ordered(
+    server_env: dict[str, str], data_dir: Path
+) -> None:
     with http_server(server_env) as (port, _proc), anyio.fail_after(240):
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
             identical = await _parallel(client, [IDENTICAL] * N)

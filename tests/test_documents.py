@@ -36,7 +36,8 @@ def test_front_matter_fields_are_read(tmp_path: Path) -> None:
 
 def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_path: Path) -> None:
     doc = load_document(
-        _write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"), rule=ChunkingRule(max_chars=500)
+        _write(tmp_path, "onboarding/sub/setup.md", "intro\n\n# Dev setup\n\ntext"),
+        rule=ChunkingRule(max_chars=500),
     )
     assert doc.title == "Dev setup"
     assert doc.domain == "onboarding"
@@ -44,7 +45,9 @@ def test_missing_front_matter_falls_back_to_first_heading_and_top_folder(tmp_pat
 
 
 def test_category_is_accepted_as_an_alias_of_domain(tmp_path: Path) -> None:
-    doc = load_document(_write(tmp_path, "x/a.md", "---\ncategory: api\n---\ntext"), rule=ChunkingRule(max_chars=500))
+    doc = load_document(
+        _write(tmp_path, "x/a.md", "---\ncategory: api\n---\ntext"), rule=ChunkingRule(max_chars=500)
+    )
     assert doc.domain == "api"
 
 
@@ -96,7 +99,9 @@ def test_chunks_follow_headings_and_never_exceed_the_maximum() -> None:
 
 
 def test_small_sections_merge_into_one_chunk() -> None:
-    chunks = list(chunk_markdown("# T\n\n## A\n\na\n\n## B\n\nb", title="T", rule=ChunkingRule(max_chars=500)))
+    chunks = list(
+        chunk_markdown("# T\n\n## A\n\na\n\n## B\n\nb", title="T", rule=ChunkingRule(max_chars=500))
+    )
     assert len(chunks) == 1
     assert "## A" in chunks[0].text and "## B" in chunks[0].text
 

@@ -104,7 +104,9 @@ def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_
     try:
         expected = {
             doc.doc_key: doc
-            for doc in (load_document(c, rule=chunking_rule(settings, runtime.embedder)) for c in discover(kb))
+            for doc in (
+                load_document(c, rule=chunking_rule(settings, runtime.embedder)) for c in discover(kb)
+            )
         }
         entries = {entry.doc_key: entry for entry in runtime.catalog.entries()}
         assert set(entries) == set(expected), "missing or extra documents"

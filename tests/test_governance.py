@@ -90,7 +90,9 @@ def test_guidance_renders_the_usage_in_english_and_chinese() -> None:
     chinese = guidance_text(config, "allow", "zh", calls(2))
     assert english.startswith("2 lookups, water LOW: look up again only for a topic you do not hold")
     assert chinese.startswith("已调用 2 次，水位 LOW")
-    assert guidance_text(config, "stop_budget", "en", calls(9)).startswith("budget used up: answer from what you have")
+    assert guidance_text(config, "stop_budget", "en", calls(9)).startswith(
+        "budget used up: answer from what you have"
+    )
 
 
 def test_guidance_falls_back_to_english_for_a_language_without_templates() -> None:

@@ -62,7 +62,8 @@ async def test_editing_the_tier_model_changes_the_tier_of_the_next_lookup(
     assert holder.current().tier_model.top_right.threshold == 0.6
     assert holder.last_error is not None
     assert (
-        f"invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:" in holder.last_error
+        f"invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:"
+        in holder.last_error
     )
     assert "config reload rejected, keeping the previous settings" in caplog.text
 
@@ -142,7 +143,9 @@ def test_invalid_config_at_start_up_exits_before_serving_and_names_the_field(
     code = main(["serve", "--config", str(config), "--data-dir", str(tmp_path / "data")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith(f"error: invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:")
+    assert err.startswith(
+        f"error: invalid configuration in {config}: relevance.models.e5-small.top_right.threshold:"
+    )
     assert not (tmp_path / "data").exists()  # nothing was opened
 
 

@@ -71,14 +71,17 @@ def test_editing_one_file_replaces_only_its_chunks(tmp_path: Path, runtime: Runt
 
 
 def test_editing_one_section_embeds_only_that_section(tmp_path: Path, e5_embedder: Any) -> None:
-    sections = "".join(f"## Part {i}\n\nStep {i}: check the gauge number {i} and write it down.\n\n" for i in range(12))
+    sections = "".join(
+        f"## Part {i}\n\nStep {i}: check the gauge number {i} and write it down.\n\n" for i in range(12)
+    )
     kb = _kb(tmp_path / "kb", {"ops/runbook.md": "---\ntitle: Runbook\n---\n" + sections})
     settings = load_settings(None, data_dir=tmp_path / "data", chunking={"max_chars": 100})
     rt = open_runtime(settings, embedder=e5_embedder)
     try:
         first = rt.ingestor().run(kb)
         (kb / "ops/runbook.md").write_text(
-            "---\ntitle: Runbook\n---\n" + sections.replace("gauge number 7 ", "gauge number 7 twice "), encoding="utf-8"
+            "---\ntitle: Runbook\n---\n" + sections.replace("gauge number 7 ", "gauge number 7 twice "),
+            encoding="utf-8",
         )
         second = rt.ingestor().run(kb)
         stored = rt.store.chunk_ids("ops/runbook.md")

@@ -56,7 +56,9 @@ def test_nothing_matches_an_unrelated_query() -> None:
 def test_codes_in_the_body_are_exact_matches_of_kind_code() -> None:
     index = KeywordIndex(
         [
-            KeywordEntry("ops/handbook.md", "ops", "Operations handbook", (), ("KAFKA_E503_REBALANCE", "HTTP 504")),
+            KeywordEntry(
+                "ops/handbook.md", "ops", "Operations handbook", (), ("KAFKA_E503_REBALANCE", "HTTP 504")
+            ),
             KeywordEntry("ops/other.md", "ops", "Other", (), ("HTTP 504",)),
         ]
     )

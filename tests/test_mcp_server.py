@@ -30,7 +30,12 @@ async def lookup(client: Client, query: str = QUERY, **args: Any) -> dict[str, A
 async def test_tools_resources_and_prompts_are_listed(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"lookup_knowledge", "read_knowledge_doc", "reset_session", "list_knowledge_domains"}
+        assert set(tools) == {
+            "lookup_knowledge",
+            "read_knowledge_doc",
+            "reset_session",
+            "list_knowledge_domains",
+        }
         schema = tools["lookup_knowledge"].output_schema
         assert schema is not None and "relevance_level" in schema["properties"]
         assert "score" not in json.dumps(schema).lower()

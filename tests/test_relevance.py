@@ -34,7 +34,9 @@ def test_a_logistic_model_rejects_an_unknown_feature() -> None:
 
 
 def test_fit_logistic_separates_two_groups_and_keeps_the_raw_scale() -> None:
-    rows = [{"similarity": 0.1 + i / 100} for i in range(10)] + [{"similarity": 0.4 + i / 100} for i in range(10)]
+    rows = [{"similarity": 0.1 + i / 100} for i in range(10)] + [
+        {"similarity": 0.4 + i / 100} for i in range(10)
+    ]
     labels = [False] * 10 + [True] * 10
     model = fit_logistic(rows, labels, ["similarity"], ridge=0.1)
     assert model.probability({"similarity": 0.05}) < 0.2 < 0.8 < model.probability({"similarity": 0.5})

@@ -92,7 +92,10 @@ async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details
     assert details["l0_match_count"] == 1 and details["embedder"] == "e5-small"
     assert details["l1_top_similarity"] is not None and len(details["l1_scores"]) >= 1
     model = server.resources_state.settings.tier_model
-    assert details["thresholds"] == {"on_topic": model.on_topic.threshold, "top_right": model.top_right.threshold}
+    assert details["thresholds"] == {
+        "on_topic": model.on_topic.threshold,
+        "top_right": model.top_right.threshold,
+    }
     assert details["passages"] == {PRECISE_DOC: content["primary"]["sections"]}
 
     assert deduped["relevance_level"] == again.structured_content["relevance_level"] == "DEDUPED"

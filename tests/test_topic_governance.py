@@ -26,7 +26,9 @@ NEVER_HIGHLY_RELEVANT = {
 
 
 async def call(client: Client, query: str, session: str = "s1", **args: Any) -> tuple[dict[str, Any], str]:
-    result = await client.call_tool("lookup_knowledge", {"query": query, **args}, meta={"session_id": session})
+    result = await client.call_tool(
+        "lookup_knowledge", {"query": query, **args}, meta={"session_id": session}
+    )
     assert not result.is_error, result.content
     return result.structured_content or {}, result.content[0].text  # type: ignore[union-attr]
 
@@ -66,7 +68,7 @@ async def test_high_water_closes_the_session_and_skips_retrieval(make_server: An
         closing, _ = await call(client, "how do partners rotate API keys")
         engine = (await server.resources_state.lookup_service()).engine  # type: ignore[attr-defined]
         searches = engine.searches
-        refused, text = await call(client, "webhook 签名怎么校验")
+        refused, _ = await call(client, "webhook 签名怎么校验")
         assert engine.searches == searches
     assert closing["budget"]["water_level"] == "HIGH" and closing["budget"]["next_call"] == "STOP"
     assert refused["dedup_reason"] == "circuit_open" and not refused["found"]
@@ -115,7 +117,9 @@ async def test_every_refusal_reason_has_at_most_200_characters_of_text(
             result, text = await call(client, query)
     assert result["dedup_reason"] == reason and not result["found"]
     assert len(text) <= TERSE_LIMIT, text
-    assert result["budget"]["guidance"] and "calls_used" in result["budget"]  # structured content keeps every field
+    assert (
+        result["budget"]["guidance"] and "calls_used" in result["budget"]
+    )  # structured content keeps every field
 
 
 async def test_no_match_text_is_terse_too(make_server: Any) -> None:

@@ -66,7 +66,9 @@ def test_least_recently_used_session_is_evicted_beyond_the_maximum() -> None:
 
 def test_persistence_callback_sees_every_change_and_forgetting() -> None:
     seen: list[tuple[str, bool]] = []
-    memory = ActionMemory(ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None)))
+    memory = ActionMemory(
+        ttl_seconds=60, max_sessions=10, on_change=lambda k, m: seen.append((k, m is not None))
+    )
     deliver(memory, "s", "x.md")
     memory.clear("s")
     assert seen == [("s", True), ("s", False)]
