@@ -27,6 +27,7 @@ from server.settings import load_settings
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 ISS003 = TRACES / "iss003-bouncing.jsonl"
+MULTI_TOPIC = ["iss003-bouncing", "multi-topic-1", "multi-topic-2", "multi-topic-3"]
 SCENARIOS = sorted(TRACES.glob("scenario*.jsonl"))
 
 
@@ -62,32 +63,17 @@ def replays(eval_data_dir: Path, e5_embedder: Any) -> dict[str, tuple[ReplayRepo
     return {name: (only(governed, name), only(baseline, name)) for name in traces}
 
 
-def test_iss003_trace_meets_the_governance_targets(replays: dict[str, Any]) -> None:
-    governed, baseline = replays[ISS003.stem]
-    print(
-        "\n".join(render_counts(governed) + render_counts(baseline) + render_comparison(governed, baseline))
-    )
+@pytest.mark.parametrize("name", MULTI_TOPIC)
+def test_multi_topic_traces_meet_the_governance_targets(replays: dict[str, Any], name: str) -> None:
+    governed, baseline = replays[name]
     g, b = governed.total, baseline.total
-    assert g.calls == b.calls == 10
-    # The stateless baseline hands the same documents back again and again.
-    assert b.duplicate_returns >= 8
+    assert g.calls == b.calls >= 10 and g.errors == 0
+    assert g.needed > 0 and g.needed_delivered_once == g.needed, "every needed document exactly once"
     assert g.duplicate_returns == 0
-    assert g.retrievals <= 3
-    assert g.content_tokens <= 0.30 * b.content_tokens
-    assert g.blocked == g.calls - g.retrievals
-    assert b.retrievals == b.calls and b.blocked == 0
-    # The baseline really is stateless: the server saw no session at all.
+    assert g.content_calls <= g.topics + 1
+    assert g.text_chars <= 0.30 * b.text_chars
     assert {c.session_scope for c in baseline.calls} == {"none"}
     assert {c.session_scope for c in governed.calls} == {"explicit"}
-
-
-def test_iss003_blocked_calls_never_reached_the_vector_store(replays: dict[str, Any]) -> None:
-    governed, _ = replays[ISS003.stem]
-    blocked = [c for c in governed.calls if c.blocked]
-    assert blocked, "the trace must trip the circuit breaker"
-    assert all(c.dedup_reason == "circuit_open" for c in blocked)
-    assert all(c.store_searches == 0 and c.doc_keys == () for c in blocked)
-    assert governed.total.store_searches > 0
 
 
 @pytest.mark.parametrize("trace", SCENARIOS, ids=lambda p: p.stem)
@@ -124,23 +110,13 @@ def test_a_single_lookup_scenario_costs_the_same_as_the_baseline(replays: dict[s
     assert governed.calls[0].doc_keys == baseline.calls[0].doc_keys
 
 
-def test_targeted_trace_refuses_the_untargeted_rephrase_and_serves_the_targeted_lookup(
-    replays: dict[str, Any],
-) -> None:
-    governed, baseline = replays["targeted-supplement"]
+def test_targeted_trace_refuses_the_rephrase_and_serves_the_targeted_lookup(replays: dict[str, Any]) -> None:
+    governed, _ = replays["targeted-supplement"]
     first, rephrase, targeted = governed.calls
-    # The first answer is only a reference (or nothing), so the next lookup must be targeted.
-    assert first.relevance_level in ("REFERENCE", "NO_MATCH")
-    assert first.next_call == "TARGETED_ONLY"
-    assert (rephrase.dedup_reason, rephrase.store_searches, rephrase.doc_keys) == (
-        "missing_dimension_required",
-        0,
-        (),
-    )
-    assert targeted.ran_retrieval
-    assert targeted.doc_keys[0] == "troubleshooting/log-analysis-steps.md"
-    assert governed.total.blocked == 1
-    assert baseline.total.blocked == 0
+    assert first.doc_keys  # the first answer delivers
+    # A rephrasing of a topic the session holds returns nothing new and names what it holds.
+    assert rephrase.relevance_level == "DEDUPED" and rephrase.doc_keys == ()
+    assert targeted.doc_keys and "troubleshooting/log-analysis-steps.md" in targeted.doc_keys
 
 
 async def test_trace_sessions_are_separate_mcp_sessions(data_dir: Path, e5_embedder: Any) -> None:
@@ -223,7 +199,7 @@ def test_eval_command_prints_governed_and_baseline_side_by_side(
     assert out.startswith(f"trace {ISS003}: 10 lookups in 1 session(s)")
     assert "baseline (stateless: governance and dedup off):" in out
     assert "governed/baseline" in out
-    assert "circuit_open" in out
+    assert "needed delivered once" in out and "text characters" in out
 
     code = main(["eval", str(ISS003), "--baseline", "--json", "--data-dir", str(eval_data_dir)])
     report = json.loads(capsys.readouterr().out)
