@@ -329,7 +329,9 @@ async def test_every_tool_call_writes_exactly_one_row_even_when_no_handler_runs(
     assert "topk" not in (row["retrieval_details"] or "")
 
 
-async def test_a_call_with_oversized_meta_is_refused_and_logged_once(make_server: Any, data_dir: Path) -> None:
+async def test_a_call_with_oversized_meta_is_refused_and_logged_once(
+    make_server: Any, data_dir: Path
+) -> None:
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 

@@ -103,7 +103,7 @@ def _resolve(**changes: Any) -> Any:
 
 
 def test_without_auth_explicit_keys_from_a_remote_peer_are_refused_unless_allowed() -> None:
-    with pytest.raises(SessionKeyError, match="explicit session keys .* are refused from 203.0.113.9"):
+    with pytest.raises(SessionKeyError, match=r"explicit session keys .* are refused from 203\.0\.113\.9"):
         _resolve()
     with pytest.raises(SessionKeyError, match="refused from"):
         _resolve(headers={}, meta={"session_id": "user-42"})

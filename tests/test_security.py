@@ -57,7 +57,17 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
         {"Authorization": f"Bearer{TOKEN}"},
         {"X-Api-Key": TOKEN},
     ],
-    ids=["none", "wrong", "longer", "shorter", "extra space", "no scheme", "basic", "no space", "other header"],
+    ids=[
+        "none",
+        "wrong",
+        "longer",
+        "shorter",
+        "extra space",
+        "no scheme",
+        "basic",
+        "no space",
+        "other header",
+    ],
 )
 def test_every_request_without_the_exact_bearer_token_gets_401(
     guarded: Served, headers: dict[str, str]

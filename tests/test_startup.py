@@ -114,7 +114,9 @@ def test_state_is_private_and_an_empty_knowledge_base_is_an_error_naming_the_fix
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
     created = list(data_dir.rglob("*"))
     names = {p.name for p in created}
-    assert "log.sqlite" in names and any(p.suffix == ".sqlite" and p.parent.name == "catalog" for p in created)
+    assert "log.sqlite" in names and any(
+        p.suffix == ".sqlite" and p.parent.name == "catalog" for p in created
+    )
     assert any("milvus" in p.name for p in created), names
     for path in created:
         mode = stat.S_IMODE(path.stat().st_mode)
