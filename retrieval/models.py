@@ -70,6 +70,8 @@ class DomainInfo(BaseModel):
 class KnowledgeMap(BaseModel):
     domains: list[DomainInfo]
     document_count: int
+    empty: bool = Field(default=False, description="True when nothing has been ingested yet.")
+    message: str | None = Field(default=None, description="What to do about an empty knowledge base.")
 
 
 class ResetResult(BaseModel):

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -29,8 +30,10 @@ from retrieval.service import (
 from retrieval.tracker import Clock
 from server import prompts
 from server.config_watch import SettingsHolder
+from server.data_dir import empty_knowledge_base_message
+from server.http_security import peer_host, principal_of
 from server.rendering import render_lookup
-from server.request_guard import RequestGuard, accept_logging_level
+from server.request_guard import RequestGuard, accept_logging_level, mark_recorded
 from server.resources import AppResources, WarmupError
 from server.session import SessionIdentity, SessionKeyError, resolve_session
 from server.settings import Settings
@@ -132,23 +135,50 @@ def app(ctx: Context) -> AppResources:
 
 def session_of(ctx: Context) -> SessionIdentity:
     """Resolve the calling session (see server.session for the order)."""
-    rc = ctx.request_context
-    request = rc.request
-    resources = app(ctx)
     try:
-        return resolve_session(
-            headers=ctx.headers,
-            meta=rc.meta,
-            query_params=getattr(request, "query_params", None),
-            # The SDK exposes the per-connection object only privately; it is stable for the
-            # life of a handshake-era connection, which is what "connection scope" needs.
-            connection=getattr(rc.session, "_connection", None),
-            is_http=request is not None,
-            stdio_key=resources.stdio_key,
-            handshake=rc.protocol_version not in MODERN_PROTOCOL_VERSIONS,
-        )
+        return identify(ctx.request_context, app(ctx))
     except SessionKeyError as exc:
         raise ToolError(str(exc)) from exc
+
+
+def identify(rc: ServerRequestContext[Any, Any], resources: AppResources) -> SessionIdentity:
+    """The session of a request, from what its transport carried (raises SessionKeyError)."""
+    request = rc.request
+    return resolve_session(
+        headers=getattr(request, "headers", None),
+        meta=rc.meta,
+        query_params=getattr(request, "query_params", None),
+        # The SDK exposes the per-connection object only privately; it is stable for the
+        # life of a handshake-era connection, which is what "connection scope" needs.
+        connection=getattr(rc.session, "_connection", None),
+        is_http=request is not None,
+        stdio_key=resources.stdio_key,
+        handshake=rc.protocol_version not in MODERN_PROTOCOL_VERSIONS,
+        principal=principal_of(request),
+        peer=peer_host(request),
+        allow_remote_keys=resources.settings.http.allow_remote_session_keys,
+        trust_mcp_session_id=resources.trust_mcp_session_id,
+    )
+
+
+# The longest value of each logged argument: the limits of the tool's own types.
+_LOGGED_ARGUMENTS = {"query": 2000, "domain": 128, "missing_dimension": 500}
+
+
+def _loggable(value: Any, limit: int) -> str | None:
+    """A string cut to ``limit`` characters, lone surrogates escaped (SQLite stores UTF-8); else None."""
+    if not isinstance(value, str):
+        return None
+    return value[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def described(resources: AppResources, knowledge_map: KnowledgeMap) -> KnowledgeMap:
+    """The map, saying so when the knowledge base is empty."""
+    if knowledge_map.document_count:
+        return knowledge_map
+    return knowledge_map.model_copy(
+        update={"empty": True, "message": empty_knowledge_base_message(resources.settings.data_dir)}
+    )
 
 
 class _Call:
@@ -188,7 +218,29 @@ def create_server(
         SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING"
     )
     mcp.resources_state = resources  # type: ignore[attr-defined]  # for tests and the eval command
-    mcp.middleware.append(RequestGuard(mcp))
+
+    async def audit_unhandled(
+        rc: ServerRequestContext[Any, Any], name: Any, arguments: Any, error: str | None, latency_ms: float
+    ) -> None:
+        # A tools/call that no handler logged (refused, invalid arguments, unknown tool): one row,
+        # holding only the logged fields, cut to their limits.
+        try:
+            identity = identify(rc, resources)
+        except SessionKeyError:
+            identity = SessionIdentity(None, "none")
+        given = arguments if isinstance(arguments, dict) else {}
+        await resources.record(
+            tool_name=_loggable(name, 128) or "(no tool name)",
+            session_key=identity.key,
+            session_scope=identity.scope,
+            arguments={
+                field: _loggable(given.get(field), limit) for field, limit in _LOGGED_ARGUMENTS.items()
+            },
+            latency_ms=latency_ms,
+            error=_loggable(error or "the call was not answered", 2000),
+        )
+
+    mcp.middleware.append(RequestGuard(mcp, audit=audit_unhandled))
     accept_logging_level(mcp)
 
     @mcp.tool(
@@ -217,6 +269,10 @@ def create_server(
         arguments = {"query": query, "domain": domain, "top_k": top_k, "missing_dimension": missing_dimension}
         async with logged_call(ctx, "lookup_knowledge", arguments) as call:
             service = await resources.lookup_service()
+            if not service.engine.view().entries:
+                # Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge
+                # base, when the fix is an ingest the operator has to run.
+                raise ToolError(empty_knowledge_base_message(resources.settings.data_dir))
             request = LookupRequest(query, domain, top_k, missing_dimension)
             call.outcome = await service.lookup(
                 request, session_key=call.identity.key, scope=call.identity.scope
@@ -282,7 +338,7 @@ def create_server(
         For planning: route each step that needs knowledge to one domain.
         """
         async with logged_call(ctx, "list_knowledge_domains", {}):
-            return (await resources.lookup_service()).engine.knowledge_map()
+            return described(resources, (await resources.lookup_service()).engine.knowledge_map())
 
     @asynccontextmanager
     async def logged_call(ctx: Context, tool_name: str, arguments: dict[str, Any]) -> AsyncIterator[_Call]:
@@ -304,6 +360,7 @@ def create_server(
             call.error = f"{tool_name} failed: {type(exc).__name__}: {exc}"
             raise ToolError(call.error) from exc
         finally:
+            mark_recorded()
             await resources.record(
                 tool_name=tool_name,
                 session_key=call.identity.key,
@@ -320,7 +377,7 @@ def create_server(
             service = await resources.lookup_service()
         except WarmupError as exc:
             raise ResourceError(str(exc)) from exc
-        return service.engine.knowledge_map()
+        return described(resources, service.engine.knowledge_map())
 
     @mcp.resource("knowledge://map", name="knowledge-map", mime_type="application/json")
     async def knowledge_map_resource() -> str:

@@ -75,8 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="bind address for HTTP (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port for HTTP (default 8765)")
     p.add_argument(
-        "--auth-token", default=None, help="require this bearer token (env LOOKUP_KNOWLEDGE_AUTH_TOKEN)"
+        "--auth-token",
+        default=None,
+        help="require this bearer token; visible in `ps`, prefer --auth-token-file or "
+        "LOOKUP_KNOWLEDGE_AUTH_TOKEN",
     )
+    p.add_argument("--auth-token-file", type=Path, default=None, help="read the bearer token from this file")
     p.add_argument("--stateless", action="store_true", help="streamable HTTP without MCP sessions")
     p.add_argument(
         "--watch", type=Path, default=None, metavar="DIR", help="keep the index in sync with this folder"
@@ -100,6 +104,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _auth_token(args: argparse.Namespace) -> str | None:
+    """The token of --auth-token-file, --auth-token or LOOKUP_KNOWLEDGE_AUTH_TOKEN, in that order."""
+    path: Path | None = getattr(args, "auth_token_file", None)
+    if path is not None:
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read --auth-token-file {str(path)!r}: {exc}") from exc
+        if not token:
+            raise ConfigError(f"--auth-token-file {str(path)!r} is empty")
+        return token
+    if getattr(args, "auth_token", None):
+        print(
+            "warning: --auth-token puts the token in the process list (ps) and shell history; "
+            "use --auth-token-file or LOOKUP_KNOWLEDGE_AUTH_TOKEN",
+            file=sys.stderr,
+        )
+        return str(args.auth_token)
+    return os.environ.get("LOOKUP_KNOWLEDGE_AUTH_TOKEN") or None
+
+
 def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None, dict[str, Any]]:
     """Settings from --config/env, with the flags that override them."""
     config_path = args.config or config_path_from_env()
@@ -111,7 +136,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None,
         http["host"] = args.host
     if getattr(args, "port", None):
         http["port"] = args.port
-    token = getattr(args, "auth_token", None) or os.environ.get("LOOKUP_KNOWLEDGE_AUTH_TOKEN")
+    token = _auth_token(args)
     if token:
         http["auth_token"] = token
     if http:
@@ -126,6 +151,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
+    # Everything this process creates (Milvus Lite files, catalogs, the invocation log with its
+    # queries and session memory) is private to the user running it.
+    os.umask(0o077)
     try:
         settings, config_path, overrides = settings_from_args(args)
     except ConfigError as exc:

@@ -19,12 +19,13 @@ class CommandError(RuntimeError):
 
 def _open(settings: Settings):  # type: ignore[no-untyped-def]
     from retrieval.embedders import EmbedderError
+    from server.data_dir import DataDirError
     from server.runtime import open_runtime
     from storage.vector_store import StoreError
 
     try:
         return open_runtime(settings)
-    except (StoreError, EmbedderError) as exc:
+    except (StoreError, EmbedderError, DataDirError) as exc:
         raise CommandError(str(exc)) from exc
 
 

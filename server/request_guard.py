@@ -1,16 +1,25 @@
-"""Refuse malformed requests before they reach a handler: unknown tool arguments, oversized ``_meta``.
+"""Refuse malformed requests before they reach a handler (unknown tool arguments, oversized ``_meta``),
+and make sure every ``tools/call`` leaves exactly one row in the invocation log.
 
 The SDK builds each tool's argument model with extra fields allowed, so a misspelt argument
 (``topk`` for ``top_k``) would be silently dropped and the call would run with the default.
 This middleware turns it into an ``isError`` result that names the argument, like any other
 argument validation failure, so the caller can correct itself.
+
+The tool handlers log their own calls (``logged_call`` in server.app). A call that never
+reaches a handler (refused here, an argument that fails validation, an unknown tool, a
+malformed ``tools/call``) is logged here instead, through the ``audit`` hook: a per-request
+``ToolAudit`` tells the two apart.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -26,17 +35,48 @@ logger = logging.getLogger(__name__)
 MAX_META_BYTES = 16 * 1024
 
 
-class RequestGuard:
-    """Server middleware: ``_meta`` size limit on every request, unknown-argument check on tools/call."""
+@dataclass
+class ToolAudit:
+    """Whether the current tools/call has written its log row yet."""
 
-    def __init__(self, server: MCPServer[Any], *, max_meta_bytes: int = MAX_META_BYTES) -> None:
+    recorded: bool = False
+
+
+_current_audit: ContextVar[ToolAudit | None] = ContextVar("lookup_knowledge_tool_audit", default=None)
+
+
+def mark_recorded() -> None:
+    """Called by a tool handler once it has logged its call, so the guard does not log it again."""
+    audit = _current_audit.get()
+    if audit is not None:
+        audit.recorded = True
+
+
+# (request context, tool name as sent, arguments as sent, error, latency in ms) -> log one row
+AuditHook = Callable[[ServerRequestContext[Any, Any], Any, Any, "str | None", float], Awaitable[None]]
+
+
+class RequestGuard:
+    """Server middleware: ``_meta`` size limit on every request, unknown-argument check and audit on tools/call."""
+
+    def __init__(
+        self, server: MCPServer[Any], *, max_meta_bytes: int = MAX_META_BYTES, audit: AuditHook | None = None
+    ) -> None:
         self._server = server
         self.max_meta_bytes = max_meta_bytes
+        self._audit = audit
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
-        if ctx.request_id is None or not isinstance(params, Mapping):
+        if ctx.request_id is None:
             return await call_next(ctx)
+        if ctx.method == "tools/call":
+            return await self._audited_call(ctx, params, call_next)
+        if isinstance(params, Mapping):
+            self._check_meta(params)
+        return await call_next(ctx)
+
+    def _check_meta(self, params: Mapping[str, Any]) -> None:
         meta = params.get("_meta")
         if meta is not None:
             size = len(json.dumps(meta, default=str).encode())
@@ -45,12 +85,37 @@ class RequestGuard:
                     INVALID_PARAMS,
                     f"_meta is too large: {size} bytes; the limit is {self.max_meta_bytes} bytes",
                 )
-        if ctx.method == "tools/call":
-            refusal = await self._unknown_arguments(params)
-            if refusal is not None:
-                logger.info("refused tools/call: %s", refusal)
-                return CallToolResult(content=[TextContent(type="text", text=refusal)], is_error=True)
-        return await call_next(ctx)
+
+    async def _audited_call(
+        self, ctx: ServerRequestContext[Any, Any], params: Any, call_next: CallNext
+    ) -> HandlerResult:
+        audit = ToolAudit()
+        token = _current_audit.set(audit)
+        started = time.perf_counter()
+        error: str | None = None
+        name = params.get("name") if isinstance(params, Mapping) else None
+        arguments = params.get("arguments") if isinstance(params, Mapping) else None
+        try:
+            if isinstance(params, Mapping):
+                self._check_meta(params)
+                refusal = await self._unknown_arguments(params)
+                if refusal is not None:
+                    logger.info("refused tools/call: %s", refusal)
+                    error = refusal
+                    return CallToolResult(content=[TextContent(type="text", text=refusal)], is_error=True)
+            result = await call_next(ctx)
+            error = _error_text(result)
+            return result
+        except MCPError as exc:
+            error = f"JSON-RPC error {exc.error.code}: {exc.error.message}"
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            _current_audit.reset(token)
+            if not audit.recorded and self._audit is not None:
+                await self._audit(ctx, name, arguments, error, (time.perf_counter() - started) * 1000)
 
     async def _unknown_arguments(self, params: Mapping[str, Any]) -> str | None:
         name, arguments = params.get("name"), params.get("arguments")
@@ -69,6 +134,20 @@ class RequestGuard:
             f"Error executing tool {name}: unknown argument(s) {listed}; "
             f"accepted arguments: {', '.join(sorted(accepted)) or '(none)'}"
         )
+
+
+def _error_text(result: Any) -> str | None:
+    """The text of an ``isError`` tools/call result (wire dict or model), else None."""
+    if isinstance(result, CallToolResult):
+        is_error, content = bool(result.is_error), [c.model_dump() for c in result.content]
+    elif isinstance(result, Mapping):
+        is_error, content = bool(result.get("isError")), list(result.get("content") or [])
+    else:
+        return None
+    if not is_error:
+        return None
+    texts = [str(item.get("text", "")) for item in content if isinstance(item, Mapping)]
+    return " ".join(texts) or "tool error"
 
 
 def accept_logging_level(server: MCPServer[Any]) -> None:

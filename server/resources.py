@@ -21,6 +21,7 @@ from retrieval.embedders import Embedder
 from retrieval.service import LookupOutcome, LookupService, ReadOutcome
 from retrieval.tracker import ActionMemory, Clock, SessionMemory
 from server.config_watch import SettingsHolder
+from server.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.runtime import Runtime, open_runtime, policy_from
 from server.settings import Settings
 from storage.invocation_log import InvocationLog, InvocationRecord
@@ -48,6 +49,8 @@ class AppResources:
         settings = holder.current()
         self.holder = holder
         self.stdio_key = stdio_key
+        # False under stateless streamable HTTP, where no transport issued the mcp-session-id.
+        self.trust_mcp_session_id = True
         self.memory = ActionMemory(
             ttl_seconds=settings.memory.ttl_seconds,
             max_sessions=settings.memory.max_sessions,
@@ -76,9 +79,8 @@ class AppResources:
             if self._refs > 1:
                 return
             settings = self.settings
-            self._warmup = asyncio.create_task(
-                asyncio.to_thread(open_runtime, settings, embedder=self._embedder, store=self._store)
-            )
+            prepare_data_dir(settings.data_dir)
+            self._warmup = asyncio.create_task(asyncio.to_thread(self._open_runtime, settings))
             if settings.watch.directory is not None:
                 self._watch = asyncio.create_task(self._keep_in_sync(settings.watch.directory))
             if settings.log.enabled:
@@ -87,6 +89,13 @@ class AppResources:
                 )
                 if settings.memory.persist:
                     await self._restore_memory()
+
+    def _open_runtime(self, settings: Settings) -> Runtime:
+        runtime = open_runtime(settings, embedder=self._embedder, store=self._store)
+        if not runtime.engine.view().entries:
+            # Said once at start-up; every lookup then says it too (server.app).
+            logger.warning("%s", empty_knowledge_base_message(settings.data_dir))
+        return runtime
 
     async def release(self) -> None:
         async with self._lock:

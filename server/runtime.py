@@ -15,6 +15,7 @@ from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
 from retrieval.engine import KnowledgeEngine
 from retrieval.ingest import Ingestor
 from retrieval.service import Policy
+from server.data_dir import prepare_data_dir
 from server.settings import Settings
 from storage.catalog import Catalog
 from storage.documents import ChunkingRule
@@ -71,7 +72,7 @@ def open_runtime(
     settings: Settings, *, embedder: Embedder | None = None, store: MilvusVectorStore | None = None
 ) -> Runtime:
     """Load the embedder, connect to Milvus and open the catalog (injectable for tests)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare_data_dir(settings.data_dir)
     inner = embedder if embedder is not None else load_embedder(settings)
     cached = (
         inner

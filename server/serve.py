@@ -12,7 +12,14 @@ from typing import Any
 import anyio
 
 from server.app import create_server
-from server.http_security import BearerAuthMiddleware, transport_security, warn_if_exposed
+from server.data_dir import DataDirError, prepare_data_dir
+from server.http_security import (
+    BearerAuthMiddleware,
+    HostOriginGuard,
+    host_policy,
+    transport_security,
+    warn_if_exposed,
+)
 from server.resources import AppResources
 from server.session import new_stdio_key
 from server.settings import Settings
@@ -26,12 +33,15 @@ logger = logging.getLogger(__name__)
 def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: bool = False) -> Any:
     """The Starlette app for an HTTP transport, with auth, body limit and DNS-rebinding protection."""
     http = settings.http
-    security = transport_security(http.host, http.port, http.allowed_hosts)
+    security = transport_security()
+    resources: AppResources = mcp.resources_state
+    # Stateless streamable HTTP issues no session ids: an mcp-session-id header is then only
+    # the client's say-so, and trusting it would let anyone name another client's memory.
+    resources.trust_mcp_session_id = transport == "sse" or not stateless
     if transport == "sse":
         app = mcp.sse_app(
             max_request_body_size=http.max_body_bytes, transport_security=security, host=http.host
         )
-        resources: AppResources = mcp.resources_state
         inner_lifespan = app.router.lifespan_context
 
         @contextlib.asynccontextmanager
@@ -53,9 +63,11 @@ def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: b
             transport_security=security,
             host=http.host,
         )
-    if http.auth_token:
-        return BearerAuthMiddleware(app, http.auth_token)
-    return app
+    guarded = HostOriginGuard(app, host_policy(http.host, http.allowed_hosts))
+    principals = http.principals()
+    if principals:
+        return BearerAuthMiddleware(guarded, principals)
+    return guarded
 
 
 def milvus_startup_problem(settings: Settings) -> str | None:
@@ -85,6 +97,12 @@ def serve(
     stateless: bool = False,
 ) -> int:
     """Run until interrupted; returns the exit code."""
+    try:
+        # Before serving: over stdio a failure later would leave initialize unanswered.
+        prepare_data_dir(settings.data_dir)
+    except DataDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     problem = milvus_startup_problem(settings)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
@@ -97,7 +115,7 @@ def serve(
         return 0
     import uvicorn
 
-    warning = warn_if_exposed(settings.http.host, settings.http.auth_token)
+    warning = warn_if_exposed(settings.http.host, bool(settings.http.principals()))
     if warning:
         print(warning, file=sys.stderr)
     app = build_http_app(mcp, settings, transport=transport, stateless=stateless)

@@ -1,7 +1,12 @@
 """Which session a request belongs to, resolved in a fixed order and reported as session_scope.
 
-1. explicit: a key the host application sets, the ``X-Session-Id`` header or ``_meta.session_id``;
-2. mcp-session: the ``mcp-session-id`` of stateful streamable HTTP, or the SSE ``session_id``;
+1. explicit: a key the host application sets, the ``X-Session-Id`` header or ``_meta.session_id``.
+   Keys belong to the authenticated principal: with HTTP auth the internal key carries the
+   principal's name, so a client naming another principal's key gets a memory of its own.
+   Over HTTP without auth, every client is the same principal, so keys are only taken from
+   loopback peers unless ``http.allow_remote_session_keys`` says otherwise;
+2. mcp-session: the ``mcp-session-id`` of stateful streamable HTTP (which the transport issued
+   and checks), or the SSE ``session_id``. Stateless HTTP issues none, so the header is ignored;
 3. connection: stdio (one process serves one client), or an in-process handshake connection;
 4. none: no session exists (the 2026-07-28 protocol over HTTP, stateless HTTP without a key).
    Action memory is then off for that call, rather than merging unrelated clients.
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval.models import SessionScope
+from server.http_security import is_loopback
 
 EXPLICIT_HEADER = "x-session-id"
 META_KEY = "session_id"
@@ -42,6 +48,11 @@ def _explicit(value: Any, source: str) -> str:
     return value
 
 
+def explicit_key(principal: str | None, key: str) -> str:
+    """The internal memory key of an explicit key; principal names hold no ':', so keys cannot collide."""
+    return f"explicit@{principal}:{key}" if principal else f"explicit:{key}"
+
+
 def resolve_session(
     *,
     headers: Mapping[str, str] | None,
@@ -51,15 +62,30 @@ def resolve_session(
     is_http: bool,
     stdio_key: str | None,
     handshake: bool,
+    principal: str | None = None,
+    peer: str | None = None,
+    allow_remote_keys: bool = False,
+    trust_mcp_session_id: bool = True,
 ) -> SessionIdentity:
     """Apply the resolution order to what the transport carried."""
     meta_value = meta.get(META_KEY) if isinstance(meta, Mapping) else getattr(meta, META_KEY, None)
+    explicit: str | None = None
     if meta_value is not None:
-        return SessionIdentity("explicit:" + _explicit(meta_value, "_meta.session_id"), "explicit")
-    if headers is not None and headers.get(EXPLICIT_HEADER) is not None:
-        return SessionIdentity("explicit:" + _explicit(headers[EXPLICIT_HEADER], "X-Session-Id"), "explicit")
-    if headers is not None and headers.get("mcp-session-id"):
-        return SessionIdentity("mcp:" + headers["mcp-session-id"], "mcp-session")
+        explicit = _explicit(meta_value, "_meta.session_id")
+    elif headers is not None and headers.get(EXPLICIT_HEADER) is not None:
+        explicit = _explicit(headers[EXPLICIT_HEADER], "X-Session-Id")
+    if explicit is not None:
+        if is_http and principal is None and not allow_remote_keys and not (peer and is_loopback(peer)):
+            raise SessionKeyError(
+                f"explicit session keys (X-Session-Id, _meta.session_id) are refused from {peer or 'an unknown peer'} "
+                "over HTTP without authentication, since any client could name them; configure "
+                "http.clients or an auth token, or set http.allow_remote_session_keys"
+            )
+        return SessionIdentity(explicit_key(principal, explicit), "explicit")
+    mcp_session_id = headers.get("mcp-session-id") if headers is not None else None
+    if mcp_session_id and is_http and handshake and trust_mcp_session_id:
+        prefix = f"mcp@{principal}:" if principal else "mcp:"
+        return SessionIdentity(prefix + mcp_session_id, "mcp-session")
     if query_params is not None and query_params.get("session_id"):
         # SSE: the message endpoint carries the stream's session id as a query parameter.
         return SessionIdentity("sse:" + query_params["session_id"], "mcp-session")

@@ -7,6 +7,7 @@ e.g. ``LOOKUP_KNOWLEDGE_MILVUS__URI=http://milvus:19530``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from contextvars import ContextVar
@@ -23,6 +24,8 @@ from retrieval.relevance import Logistic, TierModel
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "LOOKUP_KNOWLEDGE_"
+# The principal that http.auth_token authenticates.
+DEFAULT_PRINCIPAL = "default"
 EmbedderName = Literal["e5-small", "bge-m3"]
 
 
@@ -30,6 +33,11 @@ def default_data_dir() -> Path:
     """``$XDG_DATA_HOME/lookup-knowledge-mcp``, never the working directory (clients start us anywhere)."""
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "lookup-knowledge-mcp"
+
+
+def token_digest(token: str) -> str:
+    """The hex SHA-256 of a bearer token, as http.clients stores it."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class MilvusSettings(BaseModel):
@@ -132,16 +140,67 @@ class LogSettings(BaseModel):
     log_queries: bool = Field(default=True, description="Store query text; false stores a hash instead.")
 
 
+class HttpClient(BaseModel):
+    """One principal of the HTTP transports: a name and the SHA-256 of its bearer token."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="The principal's name; explicit session keys are kept apart per name.",
+    )
+    token_sha256: str = Field(
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="Hex SHA-256 of the client's bearer token (e.g. `printf %s TOKEN | sha256sum`).",
+    )
+
+
 class HttpSettings(BaseModel):
     host: str = Field(default="127.0.0.1", description="Bind address for HTTP transports.")
     port: int = Field(default=8765, ge=1, le=65535, description="Port for HTTP transports.")
     auth_token: str | None = Field(
-        default=None, description="When set, every HTTP request needs 'Authorization: Bearer <token>'."
+        default=None,
+        description="When set, HTTP requests may authenticate with 'Authorization: Bearer <token>' "
+        "as the principal named 'default' (env LOOKUP_KNOWLEDGE_AUTH_TOKEN, --auth-token-file).",
+    )
+    clients: list[HttpClient] = Field(
+        default_factory=list,
+        description="Named HTTP clients, each with its own token (stored as a SHA-256 hex digest). "
+        "When any client or auth_token is set, every HTTP request needs one of the tokens.",
+    )
+    allow_remote_session_keys: bool = Field(
+        default=False,
+        description="Without auth, honour explicit session keys (X-Session-Id, _meta.session_id) from "
+        "non-loopback HTTP peers too. Off: such keys are refused, since anyone could name them.",
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Largest accepted request body.")
     allowed_hosts: list[str] = Field(
         default_factory=list, description="Extra Host values allowed by DNS-rebinding protection."
     )
+
+    @model_validator(mode="after")
+    def _principals_are_distinct(self) -> HttpSettings:
+        names = [client.name for client in self.clients]
+        digests = [client.token_sha256.lower() for client in self.clients]
+        if self.auth_token:
+            names.append(DEFAULT_PRINCIPAL)
+            digests.append(token_digest(self.auth_token))
+        for label, values in (("name", names), ("token", digests)):
+            repeated = sorted({value for value in values if values.count(value) > 1})
+            if repeated:
+                shown = repeated if label == "name" else f"{len(repeated)} token(s)"
+                raise ValueError(
+                    f"http.clients: each client needs its own {label}; repeated: {shown} "
+                    f"(http.auth_token is the client named {DEFAULT_PRINCIPAL!r})"
+                )
+        return self
+
+    def principals(self) -> dict[str, str]:
+        """Token SHA-256 hex digest -> principal name, for every configured client."""
+        found = {client.token_sha256.lower(): client.name for client in self.clients}
+        if self.auth_token:
+            found[token_digest(self.auth_token)] = DEFAULT_PRINCIPAL
+        return found
 
 
 class WatchSettings(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import re
 import sqlite3
 import sys
@@ -22,6 +23,8 @@ from retrieval.stats import summarize
 from server.settings import Settings
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
+
+logger = logging.getLogger(__name__)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -61,7 +64,10 @@ async def stats_summary(resources: Any) -> dict[str, Any]:
     try:
         summary = summarize(await asyncio.to_thread(read_log_stats, path))
     except (sqlite3.Error, SchemaVersionError) as exc:
-        raise ResourceError(f"cannot read the invocation log {str(path)!r}: {exc}") from exc
+        # Clients of the resource learn nothing about the server's filesystem: no path here.
+        logger.error("cannot read the invocation log %s: %s", path, exc)
+        raise ResourceError(f"cannot read the invocation log: {type(exc).__name__}") from exc
+    summary["log"].pop("path", None)
     summary["log"]["enabled"] = resources.settings.log.enabled
     summary["log"]["write_failures"] = log.failures if log is not None else None
     summary["log"]["reopens"] = log.reopens if log is not None else None

@@ -267,3 +267,56 @@ async def test_memory_of_a_failed_write_is_kept_for_the_next_one(log: Invocation
         blocker.close()
     assert await log.record(make_record())
     assert [r["session_key"] for r in rows(log.path, "SELECT * FROM session_memory")] == ["s1"]
+# -- every tools/call is audited, also the ones no handler runs (issue 14, finding 3) -------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "error_fragment"),
+    [
+        ("lookup_knowledge", {"query": "x", "top_k": "3"}, "top_k"),
+        ("lookup_knowledge", {"query": "x", "topk": 1}, "unknown argument(s) 'topk'"),
+        ("no_such_tool", {"query": "x"}, "Unknown tool"),
+        ("lookup_knowledge", {"query": "x" * 5000}, "at most 2000 characters"),
+        ("lookup_knowledge", {"query": "x", "top_k": 3}, None),
+    ],
+    ids=["string top_k", "unknown argument", "unknown tool", "oversized query", "good call"],
+)
+async def test_every_tool_call_writes_exactly_one_row_even_when_no_handler_runs(
+    make_server: Any, data_dir: Path, tool: str, arguments: dict[str, Any], error_fragment: str | None
+) -> None:
+    from mcp import Client
+
+    server = make_server()
+    with anyio.fail_after(120):
+        async with Client(server, mode="legacy") as client:
+            result = await client.call_tool(tool, arguments)
+    assert result.is_error == (error_fragment is not None)
+    logged = rows(data_dir / "log.sqlite")
+    assert len(logged) == 1
+    row = logged[0]
+    assert row["tool_name"] == tool
+    assert row["session_scope"] == "connection"
+    if error_fragment is None:
+        assert row["error"] is None
+        return
+    assert error_fragment in row["error"]
+    # Only the logged fields, cut to the tool's own limits: no other raw argument is stored.
+    assert row["query"] == arguments["query"][:2000]
+    assert "topk" not in (row["retrieval_details"] or "")
+
+
+async def test_a_call_with_oversized_meta_is_refused_and_logged_once(
+    make_server: Any, data_dir: Path
+) -> None:
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    server = make_server()
+    with anyio.fail_after(120):
+        async with Client(server, mode="legacy") as client:
+            with pytest.raises(MCPError, match="_meta is too large"):
+                await client.call_tool("lookup_knowledge", {"query": "x"}, meta={"pad": "y" * 20_000})
+    logged = rows(data_dir / "log.sqlite")
+    assert len(logged) == 1
+    assert logged[0]["tool_name"] == "lookup_knowledge"
+    assert logged[0]["error"].startswith("JSON-RPC error -32602: _meta is too large")

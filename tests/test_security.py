@@ -17,7 +17,8 @@ import pytest
 from mcp import Client
 
 from server import http_security
-from server.http_security import BearerAuthMiddleware, transport_security, warn_if_exposed
+from server.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
+from server.settings import token_digest
 from tests.wire import RawSession, Served, post, private_data_dir, served_http, server_env
 
 TOKEN = "tok-5f1c9a2e-never-log-me"
@@ -50,12 +51,23 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
         {"Authorization": "Bearer wrong-token"},
         {"Authorization": f"Bearer {TOKEN}x"},
         {"Authorization": f"Bearer {TOKEN[:-1]}"},
-        {"Authorization": f"bearer {TOKEN}"},
+        {"Authorization": "Bearer  x"},
         {"Authorization": TOKEN},
         {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": f"Bearer{TOKEN}"},
         {"X-Api-Key": TOKEN},
     ],
-    ids=["none", "wrong", "longer", "shorter", "lowercase scheme", "no scheme", "basic", "other header"],
+    ids=[
+        "none",
+        "wrong",
+        "longer",
+        "shorter",
+        "extra space",
+        "no scheme",
+        "basic",
+        "no space",
+        "other header",
+    ],
 )
 def test_every_request_without_the_exact_bearer_token_gets_401(
     guarded: Served, headers: dict[str, str]
@@ -79,6 +91,33 @@ def test_the_right_bearer_token_opens_a_working_session(guarded: Served) -> None
     # The session id alone is not a credential.
     stripped = {k: v for k, v in session.headers.items() if k != "Authorization"}
     assert post(guarded.url, PING, headers=stripped).status == 401
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+def test_the_bearer_scheme_is_case_insensitive(guarded: Served, scheme: str) -> None:
+    # RFC 7235: the auth scheme is a case-insensitive token (finding 7).
+    reply = post(guarded.url, PING, headers={"Authorization": f"{scheme} {TOKEN}"})
+    assert reply.status != 401
+
+
+@pytest.mark.slow
+def test_a_token_given_on_the_command_line_prints_a_warning(guarded: Served) -> None:
+    # finding 8: --auth-token is visible in ps; the server says so and names the alternatives.
+    assert "warning: --auth-token puts the token in the process list" in guarded.output()
+
+
+@pytest.mark.slow
+def test_a_token_file_keeps_the_token_out_of_the_process_list(tmp_path: Path, sample_template: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    env = server_env(private_data_dir(sample_template, tmp_path / "data"))
+    with served_http(env, tmp_path / "logs", extra=["--auth-token-file", str(token_file)]) as served:
+        assert post(served.url, PING).status == 401
+        assert "result" in RawSession(served.url, headers=AUTH).request("ping")
+        cmdline = Path(f"/proc/{served.proc.pid}/cmdline").read_bytes()
+    assert TOKEN.encode() not in cmdline
+    assert "--auth-token puts the token" not in served.output()
 
 
 @pytest.mark.slow
@@ -112,8 +151,24 @@ def test_auth_is_checked_before_the_body_is_read(guarded: Served) -> None:
         ({"Host": "evil.example:80"}, 421, "Invalid Host header"),
         ({"Origin": "http://evil.example"}, 403, "Invalid Origin header"),
         ({"Origin": "http://127.0.0.1.evil.example"}, 403, "Invalid Origin header"),
+        # finding 6: the SDK matched "127.0.0.1:*" as a prefix, so these passed with 200.
+        ({"Host": "127.0.0.1:8791.evil"}, 421, "Invalid Host header"),
+        ({"Host": "localhost:1.evil.example"}, 421, "Invalid Host header"),
+        ({"Origin": "http://127.0.0.1:8791.evil.example"}, 403, "Invalid Origin header"),
+        ({"Origin": "http://localhost:80@evil.example"}, 403, "Invalid Origin header"),
+        ({"Origin": "null"}, 403, "Invalid Origin header"),
     ],
-    ids=["host", "host with port", "origin", "lookalike origin"],
+    ids=[
+        "host",
+        "host with port",
+        "origin",
+        "lookalike origin",
+        "host port prefix",
+        "localhost port prefix",
+        "origin port prefix",
+        "origin userinfo",
+        "null origin",
+    ],
 )
 def test_dns_rebinding_protection_refuses_foreign_host_and_origin(
     guarded: Served, headers: dict[str, str], status: int, text: str
@@ -147,7 +202,9 @@ def test_the_token_can_come_from_the_environment(tmp_path: Path, sample_template
         assert "result" in RawSession(served.url, headers=AUTH).request("ping")
 
 
-async def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_token_is_compared_in_constant_time_against_every_principal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     compared: list[tuple[bytes, bytes]] = []
 
     def spy(a: bytes, b: bytes) -> bool:
@@ -163,11 +220,17 @@ async def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.Monkey
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    middleware = BearerAuthMiddleware(inner, TOKEN)
-    scope = {"type": "http", "headers": [(b"authorization", b"Bearer nope")]}
+    principals = {token_digest(TOKEN): "default", token_digest("other"): "ci"}
+    middleware = BearerAuthMiddleware(inner, principals)
+    scope: dict[str, Any] = {"type": "http", "headers": [(b"authorization", b"Bearer nope")]}
     await middleware(scope, None, send)  # type: ignore[arg-type]
-    assert compared == [(b"Bearer nope", f"Bearer {TOKEN}".encode())]
+    # Digests, not tokens, are compared; and all of them, whatever matched first.
+    assert len(compared) == 2 and all(len(a) == len(b) == 32 for a, b in compared)
     assert sent[0]["status"] == 401
+    scope = {"type": "http", "headers": [(b"authorization", b"bearer other")]}
+    await middleware(scope, None, send)  # type: ignore[arg-type]
+    assert sent[-1]["status"] == 200
+    assert scope["state"][http_security.PRINCIPAL_STATE_KEY] == "ci"
 
 
 def test_http_binds_loopback_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -180,30 +243,73 @@ def test_http_binds_loopback_by_default(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("host", "token", "warns"),
+    ("host", "authenticated", "warns"),
     [
-        ("127.0.0.1", None, False),
-        ("localhost", None, False),
-        ("::1", None, False),
-        ("0.0.0.0", None, True),
-        ("::", None, True),
-        ("192.168.1.20", None, True),
-        ("0.0.0.0", TOKEN, False),
+        ("127.0.0.1", False, False),
+        ("localhost", False, False),
+        ("::1", False, False),
+        ("0.0.0.0", False, True),
+        ("::", False, True),
+        ("192.168.1.20", False, True),
+        ("0.0.0.0", True, False),
     ],
 )
-def test_binding_beyond_loopback_without_auth_warns(host: str, token: str | None, warns: bool) -> None:
-    warning = warn_if_exposed(host, token)
+def test_binding_beyond_loopback_without_auth_warns(host: str, authenticated: bool, warns: bool) -> None:
+    warning = warn_if_exposed(host, authenticated)
     assert (warning is not None) == warns
     if warning:
         assert warning.startswith(f"WARNING: serving on {host} without authentication")
-        assert "--auth-token" in warning
+        assert "--auth-token-file" in warning
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "10.1.2.3"])
 def test_dns_rebinding_protection_stays_on_for_every_bind_address(host: str) -> None:
-    security = transport_security(host, 8765, [])
-    assert security.enable_dns_rebinding_protection
-    assert not any("evil" in h or h.startswith("*") for h in security.allowed_hosts)
+    policy = host_policy(host, [])
+    assert policy.allows("127.0.0.1", 8765) and policy.allows("localhost", None)
+    assert not policy.allows("evil.example", 8765) and not policy.allows(None, None)
+    assert policy.allows(host, 8765) == (host not in ("0.0.0.0",))
+
+
+@pytest.mark.parametrize(
+    ("header", "allowed"),
+    [
+        ("127.0.0.1:8765", True),
+        ("[::1]:8765", True),
+        ("LOCALHOST:8765", True),
+        ("kb.example", True),
+        ("kb.example:443", True),
+        ("pinned.example:8443", True),
+        ("pinned.example:8444", False),
+        ("pinned.example", False),
+        ("127.0.0.1:8791.evil", False),
+        ("127.0.0.1.evil:8765", False),
+        ("127.0.0.1:8765/path", False),
+        ("user@127.0.0.1:8765", False),
+        ("", False),
+    ],
+)
+def test_host_headers_are_parsed_and_matched_exactly(header: str, allowed: bool) -> None:
+    policy = host_policy("127.0.0.1", ["kb.example", "pinned.example:8443"])
+    assert policy.allows(*http_security.split_host(header)) == allowed
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("http://127.0.0.1:8765", True),
+        ("https://localhost", True),
+        ("http://[::1]:9", True),
+        ("http://127.0.0.1:8791.evil.example", False),
+        ("http://127.0.0.1.evil.example:8765", False),
+        ("http://evil.example#127.0.0.1", False),
+        ("http://127.0.0.1:8765/x", False),
+        ("ftp://127.0.0.1:8765", False),
+        ("null", False),
+    ],
+)
+def test_origin_headers_are_parsed_and_matched_exactly(origin: str, allowed: bool) -> None:
+    policy = host_policy("127.0.0.1", [])
+    assert policy.allows(*http_security.origin_host(origin)) == allowed
 
 
 @pytest.mark.slow

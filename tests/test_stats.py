@@ -210,6 +210,8 @@ async def test_knowledge_stats_serves_the_summary_that_stats_json_prints(
     printed = json.loads(capsys.readouterr().out)
     writer = {k: resource["log"].pop(k) for k in ("enabled", "write_failures", "reopens", "last_error")}
     assert writer == {"enabled": True, "write_failures": 0, "reopens": 0, "last_error": None}
+    # The CLI prints where the log is; the resource does not (issue 14, finding 9).
+    assert printed["log"].pop("path") == str(make_settings().data_dir / "log.sqlite")
     assert resource == printed
     assert printed["relevance_levels"] == {"PRECISE": 1, "DEDUPED": 1}
     assert printed["redundant_calls"] == {"count": 1, "lookups": 2, "rate": 0.5}
@@ -339,3 +341,13 @@ def test_similarity_bins_widen_to_fit_and_keep_empty_bins_inside_the_range() -> 
     width, bins = similarity_bins({0: 1, 199: 4})  # the whole 0..1 range
     assert width == 0.05 and len(bins) == 20 and bins[0].count == 1 and bins[-1].count == 4
     assert similarity_bins({}) == (0.005, [])
+
+
+async def test_knowledge_stats_reveals_no_filesystem_path(make_server: Any, data_dir: Path) -> None:
+    server = make_server()
+    with anyio.fail_after(120):
+        async with Client(server, mode="legacy") as client:
+            await call(client, "lookup_knowledge", {"query": PRECISE_QUERY})
+            text = (await client.read_resource("knowledge://stats")).contents[0].text
+    assert str(data_dir) not in text and "log.sqlite" not in text
+    assert "path" not in json.loads(text)["log"]

@@ -1,0 +1,205 @@
+"""Session keys belong to their principal; stateless HTTP trusts no client-chosen session id.
+
+Issue 14, findings 1 and 2: over HTTP an explicit key (``X-Session-Id``, ``_meta.session_id``)
+was shared by every client that named it, and ``--stateless`` took any ``mcp-session-id`` as a
+session. Here two principals with their own tokens name the same keys, concurrently and at
+load, and never see, spend or reset each other's memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from server.session import SessionKeyError, resolve_session
+from server.settings import token_digest
+from tests.wire import INITIALIZE, RawSession, Served, post, private_data_dir, served_http, server_env
+
+GOOD_QUERY = "ERR_TIMEOUT 是什么"
+GOOD_DOC = "error-codes/err-timeout.md"
+TOKENS = {"alice": "tok-alice-3b8e51", "bob": "tok-bob-9c02d7"}
+CLIENTS = json.dumps([{"name": name, "token_sha256": token_digest(tok)} for name, tok in TOKENS.items()])
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[name]}"}
+
+
+@pytest.fixture(scope="module")
+def two_principals(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Served]:
+    """A streamable-HTTP server with the clients alice and bob, governance on (the default)."""
+    base = tmp_path_factory.mktemp("isolation")
+    env = server_env(private_data_dir(sample_template, base / "data"), LOOKUP_KNOWLEDGE_HTTP__CLIENTS=CLIENTS)
+    with served_http(env, base / "logs") as served:
+        yield served
+
+
+def _lookup(session: RawSession, **meta: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "lookup_knowledge", "arguments": {"query": GOOD_QUERY}}
+    if meta:
+        params["_meta"] = meta
+    reply = session.request("tools/call", params)
+    return reply["result"]["structuredContent"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("carrier", ["header", "meta"])
+def test_a_principal_naming_another_principals_key_gets_a_memory_of_its_own(
+    two_principals: Served, carrier: str
+) -> None:
+    key = f"user-42-{carrier}"
+
+    def session(name: str) -> RawSession:
+        headers = auth(name) | ({"X-Session-Id": key} if carrier == "header" else {})
+        return RawSession(two_principals.url, headers=headers)
+
+    meta = {"session_id": key} if carrier == "meta" else {}
+    alice, bob = session("alice"), session("bob")
+    first = _lookup(alice, **meta)
+    assert (first["session_scope"], first["relevance_level"]) == ("explicit", "PRECISE")
+    # bob names alice's key: he sees none of her titles or domains and spends none of her budget.
+    other = _lookup(bob, **meta)
+    assert other["relevance_level"] == "PRECISE" and other["already_in_context"] == []
+    assert other["budget"]["calls_used"] == 1
+    # bob's reset does not wipe alice's memory.
+    bob.call_tool("reset_session", {}) if carrier == "header" else bob.request(
+        "tools/call", {"name": "reset_session", "arguments": {}, "_meta": meta}
+    )
+    again = _lookup(alice, **meta)
+    assert again["relevance_level"] == "DEDUPED"
+    assert GOOD_DOC in [d["doc_key"] for d in again["already_in_context"]]
+    assert again["budget"]["calls_used"] == 2
+
+
+@pytest.mark.slow
+def test_the_same_principal_shares_its_key_across_connections(two_principals: Served) -> None:
+    headers = auth("alice") | {"X-Session-Id": "shared-by-alice"}
+    _lookup(RawSession(two_principals.url, headers=headers))
+    second = _lookup(RawSession(two_principals.url, headers=headers))
+    assert second["relevance_level"] == "DEDUPED" and second["budget"]["calls_used"] == 2
+
+
+def _resolve(**changes: Any) -> Any:
+    arguments: dict[str, Any] = {
+        "headers": {"x-session-id": "user-42"},
+        "meta": None,
+        "query_params": None,
+        "connection": None,
+        "is_http": True,
+        "stdio_key": None,
+        "handshake": True,
+        "principal": None,
+        "peer": "203.0.113.9",
+    }
+    return resolve_session(**(arguments | changes))
+
+
+def test_without_auth_explicit_keys_from_a_remote_peer_are_refused_unless_allowed() -> None:
+    with pytest.raises(SessionKeyError, match=r"explicit session keys .* are refused from 203\.0\.113\.9"):
+        _resolve()
+    with pytest.raises(SessionKeyError, match="refused from"):
+        _resolve(headers={}, meta={"session_id": "user-42"})
+    assert _resolve(peer="127.0.0.1").key == "explicit:user-42"
+    assert _resolve(peer="::1").key == "explicit:user-42"
+    assert _resolve(allow_remote_keys=True).key == "explicit:user-42"
+    # An authenticated principal may send keys from anywhere: they are its own.
+    assert _resolve(principal="alice").key == "explicit@alice:user-42"
+    # stdio and in-process calls have no HTTP peer: keys are honoured.
+    assert _resolve(is_http=False, headers=None, meta={"session_id": "k"}, peer=None).key == "explicit:k"
+
+
+def test_keys_of_different_principals_never_collide() -> None:
+    keys = {
+        _resolve(principal=p, headers={"x-session-id": k}).key
+        for p, k in [("alice", "bob:x"), ("bob", "x"), ("alice", "x"), ("bob", "alice:x")]
+    }
+    assert len(keys) == 4
+    assert _resolve(peer="127.0.0.1").key not in keys
+
+
+def test_an_mcp_session_id_is_trusted_only_when_the_transport_issued_it() -> None:
+    headers = {"mcp-session-id": "victim"}
+    trusted = _resolve(headers=headers, trust_mcp_session_id=True)
+    assert (trusted.key, trusted.scope) == ("mcp:victim", "mcp-session")
+    assert _resolve(headers=headers, trust_mcp_session_id=False).scope == "none"
+    assert _resolve(headers=headers, principal="bob").key == "mcp@bob:victim"
+
+
+@pytest.mark.slow
+def test_stateless_http_ignores_a_client_chosen_mcp_session_id(tmp_path: Path, sample_template: Path) -> None:
+    env = server_env(private_data_dir(sample_template, tmp_path / "data"))
+    with served_http(env, tmp_path / "logs", extra=["--stateless"]) as served:
+        headers = {"mcp-protocol-version": "2025-06-18", "mcp-session-id": "victim"}
+        assert post(served.url, INITIALIZE, headers=headers).status == 200
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        body["params"] = {"name": "lookup_knowledge", "arguments": {"query": GOOD_QUERY}}
+        answers = [post(served.url, body, headers=headers).message()["result"] for _ in range(2)]
+        long_id = post(served.url, body, headers={**headers, "mcp-session-id": "v" * 8000}).message()
+    for answer in answers:
+        content = answer["structuredContent"]
+        assert content["session_scope"] == "none"
+        assert content["relevance_level"] == "PRECISE" and content["already_in_context"] == []
+    assert long_id["result"]["structuredContent"]["session_scope"] == "none"
+
+
+# -- load: 50 sessions under two principals, every pair naming the same keys ---------------------
+
+SESSIONS = 50
+CALLS = 4
+BOUND_S = 240.0
+
+
+async def _keyed_session(url: str, index: int, report: dict[str, Any]) -> None:
+    principal = "alice" if index % 2 == 0 else "bob"
+    # Sessions 2k (alice) and 2k+1 (bob) send the same key: only the principal tells them apart.
+    key = f"user-{index // 2}"
+    queries = [GOOD_QUERY, "webhook retries", GOOD_QUERY + "?", "webhook retries again"][:CALLS]
+    own: set[str] = set()
+    async with (
+        create_mcp_http_client(headers=auth(principal) | {"X-Session-Id": key}) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        for number, query in enumerate(queries, start=1):
+            result = await client.call_tool("lookup_knowledge", {"query": query})
+            report["calls"] += 1
+            if result.is_error:
+                report["errors"].append(f"{index}: {result.content!r}"[:300])
+                continue
+            answer = result.structured_content or {}
+            already = {d["doc_key"] for d in answer["already_in_context"]}
+            if not already <= own:
+                report["cross_reads"].append(f"session {index} ({principal}) shown {sorted(already - own)}")
+            if answer["budget"]["calls_used"] != number:
+                report["cross_reads"].append(
+                    f"session {index} ({principal}) call {number} counted {answer['budget']['calls_used']}"
+                )
+            returned = ([answer["primary"]] if answer.get("primary") else []) + answer["supplement"]
+            own |= {d["doc_key"] for d in returned}
+            report["deduped"] += len(already)
+
+
+@pytest.mark.slow
+def test_fifty_sessions_under_two_principals_never_read_each_others_memory(
+    two_principals: Served,
+) -> None:
+    report: dict[str, Any] = {"calls": 0, "errors": [], "cross_reads": [], "deduped": 0}
+
+    async def run() -> None:
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                for index in range(SESSIONS):
+                    tg.start_soon(_keyed_session, two_principals.url, index, report)
+
+    anyio.run(run)
+    assert report["calls"] == SESSIONS * CALLS
+    assert report["errors"] == []
+    assert report["cross_reads"] == []
+    assert report["deduped"] > 0, "no session repeated a document: the check saw nothing"
