@@ -35,7 +35,12 @@ if TYPE_CHECKING:
 
 # A supplement must score within this much of the primary's fused score, per tier: a confident
 # answer needs little company, an uncertain one shows its alternatives (up to top_k).
-_SUPPLEMENT_MARGIN = {Tier.HIGHLY_RELEVANT: 0.03, Tier.REFERENCE: 1.0}
+_SUPPLEMENT_MARGIN = {Tier.HIGHLY_RELEVANT: 0.1, Tier.REFERENCE: 1.0}
+# Another section of a held document is new content only when the held sections match the
+# question less than this share of how well the new one does. Above it, the question is a
+# rephrasing of the topic the session holds (on the shipped traces, rephrasings scored the held
+# section at 0.69-0.97 of the new one; a question about another part of a handbook at 0.22).
+_HELD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
     l0_docs = tuple(sorted({h.doc_key for h in evidence.l0 if h.doc_key in view.entries}))
     return Graded(
         tier=tier,
-        ranked=() if tier is Tier.NO_MATCH else tuple(ranked),
+        ranked=tuple(ranked),
         precise=precise,
         features=feats,
         codes={k: tuple(v) for k, v in codes.items()},
@@ -123,6 +128,7 @@ class Plan:
     already: tuple[str, ...]
     dedup_reason: DedupReason | None = None
     same_domain: bool = False
+    answered: tuple[str, ...] = ()  # held documents a refused repeat shows to be answered
 
     @property
     def deciding_tier(self) -> Tier:
@@ -164,7 +170,7 @@ def plan_answer(
     governed: bool,
 ) -> Plan:
     """Apply action memory and governance: a held topic is not served again, a new topic always is."""
-    if graded.tier is Tier.NO_MATCH or not graded.ranked:
+    if graded.tier is Tier.NO_MATCH or not graded.ranked:  # NO_MATCH keeps its ranking for the log only
         return Plan(Tier.NO_MATCH, (), ())
     candidates = graded.ranked[: request.top_k]
     top = candidates[0]
@@ -173,22 +179,39 @@ def plan_answer(
     domain = view.entries[top.doc_key].domain
     already = _held(candidates, snapshot)
     primary = _passage(top, graded, request, held, chunks_of, policy, policy.primary_max_chars)
-    if primary is None:
-        # The best match is content the session holds: a repeat or a rephrasing.
-        return Plan(Tier.DEDUPED, (), already, "doc_retrieved")
+    rephrased = not request.targeted and _held_answers(top, held, primary)
+    if primary is None or rephrased:
+        # The best match is content the session holds: a repeat or a rephrasing. Its topic is
+        # answered: from now on, another section of the document needs a targeted lookup.
+        return Plan(Tier.DEDUPED, (), already, "doc_retrieved", answered=(top.doc_key,))
     hard = governed and policy.governance.domain_policy == "hard"
     if hard and domain in held_domains and not request.targeted:
         # Scheme B: with a hard domain policy the topic is the domain.
         return Plan(Tier.DEDUPED, (), already, "domain_retrieved", same_domain=True)
-    closed_topic = governed and snapshot is not None and snapshot.next_call == NextCall.STOP.value
-    if top.doc_key in held and closed_topic and not request.targeted:
-        # Another section of a held document, after a STOP: the topic is closed unless targeted.
+    holding = held.get(top.doc_key)
+    if governed and holding is not None and holding.closed and not request.targeted:
+        # Another section of a document whose topic a repeat showed to be answered.
         return Plan(Tier.DEDUPED, (), already, "missing_dimension_required")
     deliver = [primary]
     if top.doc_key not in held:
         deliver += _supplements(graded, candidates, held, chunks_of, request, policy)
     same_domain = domain in held_domains
     return Plan(graded.tier, tuple(deliver), already, None, same_domain=same_domain)
+
+
+def _held_answers(doc: RankedDoc, held: Mapping[str, HeldView], passage: Passage | None) -> bool:
+    """Whether a passage the session holds matches the query about as well as the new one.
+
+    Then the question is a rephrasing of a topic the session has, not a question about another
+    section: another section is new content only when it clearly matches better.
+    """
+    holding = held.get(doc.doc_key)
+    if holding is None or passage is None:
+        return False
+    scores = {c.chunk_id: c.fused for c in doc.chunks}
+    held_best = max((scores[c] for c in holding.chunks if c in scores), default=None)
+    new_best = max((scores.get(c, float("-inf")) for c in passage.chunk_ids), default=float("-inf"))
+    return held_best is not None and held_best >= _HELD_SHARE * new_best
 
 
 def _passage(

@@ -24,6 +24,7 @@ class Passage:
     doc_key: str
     chunks: tuple[ChunkRecord, ...]  # in document order
     total: int  # chunks in the whole document
+    labels: tuple[str, ...] = ()  # one per chunk: its heading, numbered when a section spans chunks
 
     @property
     def chunk_ids(self) -> tuple[str, ...]:
@@ -31,7 +32,7 @@ class Passage:
 
     @property
     def headings(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c.heading for c in self.chunks if c.heading))
+        return tuple(dict.fromkeys(label for label in self.labels if label))
 
     @property
     def partial(self) -> bool:
@@ -75,19 +76,44 @@ def best_passage(
             break
         chosen.append(neighbour)
         size += len(neighbour.text)
-    return Passage(doc.doc_key, tuple(sorted(chosen, key=lambda c: c.index)), len(chunks))
+    return _passage(doc.doc_key, chunks, chosen)
 
 
 def whole_document(doc_key: str, chunks: Sequence[ChunkRecord], *, skip: Collection[str] = ()) -> Passage:
     """Every chunk of the document not in ``skip`` (a read on purpose, or document mode)."""
-    return Passage(doc_key, tuple(c for c in chunks if c.chunk_id not in skip), len(chunks))
+    return _passage(doc_key, chunks, [c for c in chunks if c.chunk_id not in skip])
 
 
 def section(doc_key: str, chunks: Sequence[ChunkRecord], name: str) -> Passage | None:
     """The chunks whose heading path names ``name`` (case-insensitive), or None."""
     wanted = name.strip().lower()
-    found = tuple(c for c in chunks if wanted and wanted in c.heading.lower())
-    return Passage(doc_key, found, len(chunks)) if found else None
+    found = [c for c in chunks if wanted and wanted in c.heading.lower()]
+    return _passage(doc_key, chunks, found) if found else None
+
+
+def _passage(doc_key: str, document: Sequence[ChunkRecord], chosen: Sequence[ChunkRecord]) -> Passage:
+    labels = _labels(document)
+    ordered = tuple(sorted(chosen, key=lambda c: c.index))
+    return Passage(doc_key, ordered, len(document), tuple(labels[c.chunk_id] for c in ordered))
+
+
+def _labels(document: Sequence[ChunkRecord]) -> dict[str, str]:
+    """Each chunk's heading, numbered ``(2/3)`` when one section is split over several chunks.
+
+    The agent is told which sections it holds; two parts of one long section must not look alike.
+    """
+    counts: dict[str, int] = {}
+    for chunk in document:
+        counts[chunk.heading] = counts.get(chunk.heading, 0) + 1
+    seen: dict[str, int] = {}
+    labels = {}
+    for chunk in document:
+        seen[chunk.heading] = seen.get(chunk.heading, 0) + 1
+        total = counts[chunk.heading]
+        labels[chunk.chunk_id] = (
+            f"{chunk.heading} ({seen[chunk.heading]}/{total})" if total > 1 else chunk.heading
+        )
+    return labels
 
 
 def _seed(

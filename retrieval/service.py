@@ -173,6 +173,7 @@ class LookupService:
                 tokens=tokens,
                 next_call=next_call.value if next_call else None,
                 closes=closes,
+                answered=plan.answered if governed else (),
             )
             domains_after = list(after.retrieved_domains)
             level = water_level(config, usage)

@@ -29,6 +29,9 @@ class HeldDocument:
     title: str
     chunks: set[str] = field(default_factory=set)
     headings: list[str] = field(default_factory=list)
+    # Set once a lookup was refused because the session holds this document: the topic is
+    # answered, so another section of it is sent only on a targeted lookup.
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,13 @@ class SessionMemory:
         """Inverse of to_state; raises ValueError, KeyError or TypeError on a damaged state."""
         data = json.loads(state)
         documents = {
-            key: HeldDocument(str(d["domain"]), str(d["title"]), set(d["chunks"]), list(d["headings"]))
+            key: HeldDocument(
+                str(d["domain"]),
+                str(d["title"]),
+                set(d["chunks"]),
+                list(d["headings"]),
+                bool(d.get("closed")),
+            )
             for key, d in data["documents"].items()
         }
         return cls(
@@ -103,6 +112,7 @@ class HeldView:
     title: str
     chunks: frozenset[str]
     headings: tuple[str, ...]
+    closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,7 +220,7 @@ class ActionMemory:
                 return EMPTY
             return MemorySnapshot(
                 documents={
-                    key: HeldView(key, d.domain, d.title, frozenset(d.chunks), tuple(d.headings))
+                    key: HeldView(key, d.domain, d.title, frozenset(d.chunks), tuple(d.headings), d.closed)
                     for key, d in memory.documents.items()
                 },
                 calls=memory.calls,
@@ -229,8 +239,13 @@ class ActionMemory:
         tokens: int,
         next_call: str | None,
         closes: bool = False,
+        answered: Iterable[str] = (),
     ) -> MemorySnapshot:
-        """Count one call and remember the passages it delivered."""
+        """Count one call, remember the passages it delivered and the held topics it refused.
+
+        ``closes`` closes the whole session (HIGH water); ``answered`` names held documents whose
+        topic a refused repeat showed to be answered.
+        """
         with self._lock:
             memory = self._touch(session_key)
             for delivery in delivered:
@@ -239,6 +254,9 @@ class ActionMemory:
                 )
                 held.chunks.update(delivery.chunk_ids)
                 held.headings.extend(h for h in delivery.headings if h not in held.headings)
+            for doc_key in answered:
+                if doc_key in memory.documents:
+                    memory.documents[doc_key].closed = True
             memory.calls += 1
             memory.retrievals += int(ran_retrieval)
             memory.tokens += tokens

@@ -17,16 +17,27 @@ def _doc(label: str, doc: DocumentContent) -> list[str]:
     return [f"## {label}: {doc.title}  [{doc.domain}] ({doc.doc_key}){more}", doc.content.strip(), ""]
 
 
+# What a result without content tells the agent, in as few words as will do.
+_TERSE_ADVICE = {
+    "doc_retrieved": "you already hold this; answer from it.",
+    "domain_retrieved": "this domain is already yours; answer, or pass missing_dimension.",
+    "missing_dimension_required": "you hold this topic; answer, or pass missing_dimension for more.",
+    "circuit_open": "lookups are closed for this session; retrieval skipped. Answer now.",
+}
+
+
 def render_terse(result: LookupResult) -> str:
     """A result without content (DEDUPED, refused, NO_MATCH): what the agent holds and what to do, briefly."""
-    head = result.relevance_level + (f" ({result.dedup_reason})" if result.dedup_reason else "")
-    held = "; ".join(
-        d.title + (f" §{d.sections[0]}" if d.sections else "") for d in result.already_in_context
-    )
-    advice = result.completeness_hint if result.relevance_level == "NO_MATCH" else result.budget.guidance
-    text = f"{head}: {advice}"
-    if held:
-        text += f" Held: {held}"
+    if result.relevance_level == "NO_MATCH":
+        text = f"NO_MATCH: {result.completeness_hint}"
+    else:
+        advice = _TERSE_ADVICE.get(result.dedup_reason or "", result.budget.guidance)
+        text = f"{result.relevance_level}: {advice}"
+        held = "; ".join(
+            d.title + (f" §{d.sections[-1]}" if d.sections else "") for d in result.already_in_context
+        )
+        if held:
+            text += f" Held: {held}"
     return text if len(text) <= TERSE_LIMIT else text[: TERSE_LIMIT - 1] + "…"
 
 

@@ -83,9 +83,24 @@ def _default_models() -> dict[str, TierModel]:
     # examples/eval (see README, "Relevance"); bge-m3 keeps a conservative hand-set model.
     return {
         "e5-small": TierModel(
-            on_topic=Logistic(weights={"similarity": 30.0, "coverage": 4.0}, bias=-25.0, threshold=0.2),
-            top_right=Logistic(weights={"margin": 40.0, "agree": 1.5}, bias=-1.0, threshold=0.5),
-            cross_language_offset=0.05,
+            on_topic=Logistic(
+                weights={"similarity": 6.1845, "coverage": 4.9628, "agree": 0.9665, "margin": 2.7201},
+                bias=-1.4185,
+                threshold=0.5943,
+            ),
+            top_right=Logistic(
+                weights={
+                    "margin": 2.5116,
+                    "gap": 13.9092,
+                    "similarity": -1.9055,
+                    "top_coverage": 3.4728,
+                    "agree": 0.0645,
+                },
+                bias=-0.3752,
+                threshold=0.5561,
+            ),
+            cross_language_offset=0.03,
+            lexical_weight=0.3,
         ),
         "bge-m3": TierModel(
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from storage.text import identifiers, text_language
+from storage.text import RULES_VERSION, identifiers, text_language
 
 SUFFIXES = (".md", ".markdown", ".txt")
 DEFAULT_DOMAIN = "general"
@@ -52,7 +52,8 @@ class ChunkingRule:
     @property
     def signature(self) -> str:
         """Part of the content hash: a new chunk size re-ingests."""
-        return f"chunk={self.max_chars}" + (f",tokens={self.max_tokens}" if self.count_tokens else "")
+        tokens = f",tokens={self.max_tokens}" if self.count_tokens else ""
+        return f"chunk={self.max_chars}{tokens},text-rules={RULES_VERSION}"
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,17 @@ CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _WORD = re.compile(r"[0-9A-Za-z_]+")
-# Code-shaped identifiers: ERR_TIMEOUT, KAFKA_E503_REBALANCE, KFK-4012, AL-1107, HTTP 504.
-# Upper-case segments joined by '_' or '-', at least one digit or underscore, or HTTP + status.
+# Code-shaped identifiers: ERR_TIMEOUT, KAFKA_E503_REBALANCE, KFK-4012, AL-1107, AADSTS50105,
+# HTTP 504. Upper-case segments joined by '_' or '-', letters followed by digits, or HTTP + status.
 _IDENTIFIER = re.compile(
-    r"(?<![\w-])(?:[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)+|HTTP[ _-]?[1-5]\d\d)(?![\w-])", re.IGNORECASE
+    r"(?<![\w-])(?:[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)+|[A-Z]{2,}\d{3,}|HTTP[ _-]?[1-5]\d\d)(?![\w-])",
+    re.IGNORECASE,
 )
+# The version of the rules in this module: part of every document's content hash, so a change
+# here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
+RULES_VERSION = "1"
+# Shorter codes (T-1, A-2) are too ambiguous to name one document.
+_MIN_CODE_CHARS = 4
 # A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
 _CJK_CHARS_PER_WORD = 1.7
 
@@ -113,6 +119,8 @@ def identifiers(text: str) -> list[str]:
     for match in _IDENTIFIER.finditer(text):
         raw = match.group(0)
         if not _is_code(raw) and not raw.upper().startswith("HTTP"):
+            continue
+        if sum(c.isalnum() for c in raw) < _MIN_CODE_CHARS:
             continue
         if raw.upper().startswith("HTTP"):
             normal = "HTTP " + raw[-3:]
