@@ -12,6 +12,7 @@ from retrieval.embedders import BgeM3Embedder, EmbedderError, create_embedder
 from server.app import create_server
 from server.runtime import open_runtime
 from server.settings import load_settings
+from storage.vector_store import LAYOUT
 from tests.bge_tiny import HIDDEN, build_tiny_bge_m3
 
 pytestmark = pytest.mark.bge
@@ -59,10 +60,10 @@ async def test_ingest_and_lookup_through_the_server_with_bge_m3(tiny_model: Path
     try:
         report = runtime.ingestor().run(tmp_path / "kb")
         assert sorted(report.added) == ["error-codes/pool.md", "error-codes/timeout.md"]
-        assert runtime.store.collection == f"lookup_knowledge_bge_m3_{HIDDEN}"
+        assert runtime.store.collection == f"lookup_knowledge_bge_m3_{HIDDEN}_{LAYOUT}"
     finally:
         runtime.close()
-    assert settings.thresholds.highly_relevant == 0.75 and settings.thresholds.reference == 0.5
+    assert settings.tier_model == settings.relevance.models["bge-m3"]
     async with Client(create_server(settings), mode="legacy") as client:
         result = await client.call_tool("lookup_knowledge", {"query": "ERR_TIMEOUT 是什么"})
     assert not result.is_error, result.content
