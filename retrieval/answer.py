@@ -61,7 +61,13 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
     """Rank, compute features and grade; NO_MATCH keeps no candidates."""
     ranked = [
         d
-        for d in rank(evidence, model.cross_language_offset, model.lexical_weight)
+        for d in rank(
+            evidence,
+            model.cross_language_offset,
+            model.lexical_weight,
+            model.sparse_weight,
+            model.rerank_weight,
+        )
         if d.doc_key in view.entries
     ]
     feats = features(evidence, ranked)

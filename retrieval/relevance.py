@@ -22,7 +22,7 @@ class Tier(StrEnum):
     NO_MATCH = "NO_MATCH"
 
 
-FEATURES = ("similarity", "margin", "gap", "coverage", "top_coverage", "agree", "l0")
+FEATURES = ("similarity", "margin", "gap", "coverage", "top_coverage", "agree", "l0", "sparse", "rerank")
 
 
 class Logistic(BaseModel):
@@ -73,6 +73,20 @@ class TierModel(BaseModel):
         ge=0.0,
         le=2.0,
         description="Weight of the lexical coverage added to the dense similarity in the fused ranking.",
+    )
+    sparse_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=2.0,
+        description="Weight of the BGE-M3 lexical match (token weights from the embedder, 1.0 = as "
+        "strong as the query against itself) in the fused ranking; only bge-m3 gives token weights.",
+    )
+    rerank_weight: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=2.0,
+        description="Weight of the reranker's score (0..1) in the fused ranking; used only while "
+        "reranker.enabled is true.",
     )
 
 

@@ -69,7 +69,12 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Pat
     try:
         bases = [load_set(directory, settings) for directory in args.sets]
         held_out = leave_one_out(bases) if len(bases) > 1 else []
-        model = fit(bases)
+        # fit() chooses the offset, the lexical weight and the logistic models; the weights of
+        # the BGE-M3 lexical match and the reranker are not fitted, so the configured ones stay.
+        configured = settings.tier_model
+        model = fit(bases).model_copy(
+            update={"sparse_weight": configured.sparse_weight, "rerank_weight": configured.rerank_weight}
+        )
     except (OSError, CalibrationError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     current = [evaluate(kb, settings.tier_model) for kb in bases]

@@ -14,6 +14,7 @@ from pathlib import Path
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
 from retrieval.engine import KnowledgeEngine
 from retrieval.ingest import Ingestor
+from retrieval.reranker import PassageReranker, create_reranker
 from retrieval.service import Policy
 from server.data_dir import prepare_data_dir
 from server.settings import Settings
@@ -68,12 +69,22 @@ def load_embedder(settings: Settings) -> Embedder:
     return create_embedder(cfg.name, model_path=cfg.model_path, device=cfg.device, batch_size=cfg.batch_size)
 
 
+def load_reranker(settings: Settings) -> PassageReranker | None:
+    """The reranker when enabled; None (and FlagEmbedding never imported) when it is not."""
+    cfg = settings.reranker
+    if not cfg.enabled:
+        return None
+    return create_reranker(cfg.model_path, device=cfg.device, batch_size=cfg.batch_size)
+
+
 def open_runtime(
     settings: Settings, *, embedder: Embedder | None = None, store: MilvusVectorStore | None = None
 ) -> Runtime:
-    """Load the embedder, connect to Milvus and open the catalog (injectable for tests)."""
+    """Load the embedder (and the reranker, if enabled), connect to Milvus and open the catalog."""
     prepare_data_dir(settings.data_dir)
     inner = embedder if embedder is not None else load_embedder(settings)
+    # Loaded before Milvus and the catalog open, so a bad reranker path leaves nothing to close.
+    reranker = load_reranker(settings)
     cached = (
         inner
         if isinstance(inner, CachedEmbedder)
@@ -90,7 +101,7 @@ def open_runtime(
         )
     store.ensure_collection()
     catalog = Catalog(catalog_path(settings, store.collection))
-    engine = KnowledgeEngine(catalog, store, cached)
+    engine = KnowledgeEngine(catalog, store, cached, reranker=reranker, rerank_top_n=settings.reranker.top_n)
     return Runtime(settings, cached, store, catalog, engine)
 
 

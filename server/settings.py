@@ -67,6 +67,23 @@ class EmbedderSettings(BaseModel):
     )
 
 
+class RerankerSettings(BaseModel):
+    enabled: bool = Field(
+        default=False,
+        description="Rescore the best candidate chunks of each lookup with a cross-encoder (FlagReranker). "
+        "Off by default: it needs the bge-m3 extra and its weights, and costs one forward pass per "
+        "candidate on every lookup.",
+    )
+    model_path: str = Field(
+        default="BAAI/bge-reranker-v2-m3",
+        min_length=1,
+        description="A local cross-encoder directory or a hub id (e.g. bge-reranker-v2-m3).",
+    )
+    device: str = Field(default="cpu", description="torch device of the reranker.")
+    top_n: int = Field(default=8, ge=1, le=64, description="Candidate chunks the reranker scores per lookup.")
+    batch_size: int = Field(default=16, ge=1, le=1024, description="Pairs scored per forward pass.")
+
+
 class ChunkingSettings(BaseModel):
     max_chars: int = Field(default=1200, ge=100, le=20000, description="Largest chunk, in characters.")
     max_tokens: int = Field(
@@ -106,6 +123,8 @@ def _default_models() -> dict[str, TierModel]:
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),
             top_right=Logistic(weights={"margin": 30.0, "agree": 1.5}, bias=-1.0, threshold=0.5),
             cross_language_offset=0.0,
+            # Hand-set: BGE-M3's own token weights, a third as strong as the dense similarity.
+            sparse_weight=0.3,
         ),
     }
 
@@ -245,6 +264,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir, description="Where all state lives.")
     milvus: MilvusSettings = Field(default_factory=MilvusSettings)
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     relevance: RelevanceSettings = Field(default_factory=RelevanceSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)

@@ -8,6 +8,8 @@ being changed, so an ingest killed half-way is repaired by the next one.
 
 The chunk text also feeds an FTS5 table of lexical terms (storage.text.terms): the second
 retrieval signal, in the same file and the same transaction, so it works with every Milvus.
+With BGE-M3, each chunk's lexical weights (token id -> weight, from the forward pass that
+gave its vector) are a JSON column of its row, written in that same transaction.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from storage.text import terms
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 _TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "meta")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -50,7 +52,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     chunk_index INTEGER NOT NULL,
     heading TEXT NOT NULL,
     text TEXT NOT NULL,
-    language TEXT NOT NULL
+    language TEXT NOT NULL,
+    lexical_weights TEXT
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_key, chunk_index);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
@@ -104,6 +107,9 @@ class PlannedChunk:
     heading: str
     text: str
     language: str
+    # Token id -> weight (BGE-M3), when this chunk was just embedded by a model that gives them.
+    # None for a chunk that kept its id: its stored weights are kept.
+    lexical_weights: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,30 @@ class Catalog:
         )
         return [ChunkRecord(*r) for r in rows]
 
+    def chunks_by_id(self, chunk_ids: Sequence[str]) -> dict[str, ChunkRecord]:
+        """chunk_id -> the visible chunk, for the ids that are visible."""
+        found: dict[str, ChunkRecord] = {}
+        for part in _parts(chunk_ids):
+            rows = self._db.execute(
+                "SELECT chunk_id, doc_key, chunk_index, heading, text, language FROM chunks"
+                f" WHERE chunk_id IN ({','.join('?' * len(part))})",
+                part,
+            )
+            found.update((r[0], ChunkRecord(*r)) for r in rows)
+        return found
+
+    def lexical_weights(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """chunk_id -> its stored lexical weights, for the ids that have them."""
+        found: dict[str, dict[str, float]] = {}
+        for part in _parts(chunk_ids):
+            rows = self._db.execute(
+                "SELECT chunk_id, lexical_weights FROM chunks"
+                f" WHERE lexical_weights IS NOT NULL AND chunk_id IN ({','.join('?' * len(part))})",
+                part,
+            )
+            found.update((r[0], json.loads(r[1])) for r in rows)
+        return found
+
     # -- lexical search ----------------------------------------------------------------------
     def lexical_search(
         self, query_terms: Sequence[str], *, limit: int, domain: str | None = None
@@ -253,6 +283,12 @@ class Catalog:
     def commit_document(self, doc: Document, chunks: Sequence[PlannedChunk]) -> None:
         """Make doc's new chunks the visible ones, atomically."""
         with self._transaction():
+            # Chunks that kept their id were not embedded again: carry their weights over.
+            kept = dict(
+                self._db.execute(
+                    "SELECT chunk_id, lexical_weights FROM chunks WHERE doc_key = ?", (doc.doc_key,)
+                )
+            )
             self._delete_rows(doc.doc_key)
             self._db.execute(
                 "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -274,9 +310,10 @@ class Catalog:
             )
             for c in chunks:
                 # The FTS row shares the chunk's rowid, so deleting a document's terms is an index probe.
+                weights = kept.get(c.chunk_id) if c.lexical_weights is None else _json(c.lexical_weights)
                 rowid = self._db.execute(
-                    "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?)",
-                    (c.chunk_id, doc.doc_key, c.index, c.heading, c.text, c.language),
+                    "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (c.chunk_id, doc.doc_key, c.index, c.heading, c.text, c.language, weights),
                 ).lastrowid
                 self._db.execute(
                     "INSERT INTO chunk_terms (rowid, chunk_id, doc_key, domain, terms) VALUES (?, ?, ?, ?, ?)",
@@ -307,6 +344,19 @@ class Catalog:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+# SQLite's default cap on host parameters is 999 in older builds; stay well under it.
+_PART = 500
+
+
+def _parts(ids: Sequence[str]) -> list[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    return [unique[i : i + _PART] for i in range(0, len(unique), _PART)]
+
+
+def _json(weights: Mapping[str, float]) -> str:
+    return json.dumps(dict(weights), separators=(",", ":"))
 
 
 class _Transaction:
