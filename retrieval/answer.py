@@ -199,7 +199,8 @@ def plan_answer(
         # Another section of a document whose topic a repeat showed to be answered.
         return Plan(Tier.DEDUPED, (), already, "missing_dimension_required")
     deliver = [primary]
-    if top.doc_key not in held:
+    if top.doc_key not in held and not request.targeted:
+        # A targeted lookup asks for one missing dimension: its best passage, nothing around it.
         deliver += _supplements(graded, candidates, held, chunks_of, request, policy)
     same_domain = domain in held_domains
     return Plan(graded.tier, tuple(deliver), already, None, same_domain=same_domain)

@@ -19,8 +19,6 @@ from server.replay import (
     TraceError,
     TraceStep,
     read_trace,
-    render_comparison,
-    render_counts,
     replay,
 )
 from server.settings import load_settings
