@@ -27,7 +27,7 @@ from storage.catalog import ChunkRecord
 KINDS = ("code", "paraphrase", "cross", "long", "offtopic", "near")
 OFFSETS = (0.0, 0.01, 0.02, 0.03)
 LEXICAL_WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3)
-ON_TOPIC_FEATURES = ("similarity", "coverage", "agree", "margin")
+ON_TOPIC_FEATURES = ("similarity", "support", "agree", "margin")
 TOP_RIGHT_FEATURES = ("margin", "gap", "similarity", "top_coverage", "agree")
 # The on-topic threshold keeps at least this share of answerable training questions above it:
 # a false NO_MATCH loses knowledge the agent needed.

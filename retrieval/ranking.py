@@ -126,6 +126,11 @@ def features(evidence: Evidence, ranked: list[RankedDoc]) -> dict[str, float]:
         "margin": best - second,
         "gap": ranked[0].score - ranked[1].score if len(ranked) > 1 else (ranked[0].score if ranked else 0.0),
         "coverage": max((d.coverage for d in ranked), default=0.0),
+        # Both channels on one chunk: a query word that happens to occur in an unrelated chunk
+        # gives coverage without similarity, and an off-topic question shares no more than that.
+        "support": max(
+            (c.coverage * max(c.similarity or 0.0, 0.0) for d in ranked for c in d.chunks), default=0.0
+        ),
         "top_coverage": ranked[0].coverage if ranked else 0.0,
         "agree": float(dense_top is not None and dense_top == lexical_top),
         "l0": float(bool(evidence.l0)),

@@ -221,28 +221,25 @@ class LookupService:
         if entry is None:
             raise UnknownDocumentError(f"unknown document {doc_key!r}; knowledge://map lists the domains")
         chunks = await asyncio.to_thread(self.engine.chunks_of, doc_key)
+        outside: set[str] = set()
         if section_name is not None:
             found = section(doc_key, chunks, section_name)
             if found is None:
                 names = ", ".join(dict.fromkeys(c.heading for c in chunks if c.heading))
                 raise UnknownDocumentError(f"{doc_key!r} has no section {section_name!r}; sections: {names}")
-            chunks = list(found.chunks)
+            outside = {c.chunk_id for c in chunks} - set(found.chunk_ids)
         if session_key is None:
-            return _read_outcome(view, whole_document(doc_key, chunks), None, scope, limit)
+            return _read_outcome(view, whole_document(doc_key, chunks, skip=outside), None, scope, limit)
         async with self.memory.session_lock(session_key):
             snapshot = self.memory.snapshot(session_key)
             held = snapshot.documents.get(doc_key)
-            passage = whole_document(doc_key, chunks, skip=held.chunks if held else ())
+            passage = whole_document(doc_key, chunks, skip=outside | (held.chunks if held else set()))
             outcome = _read_outcome(view, passage, snapshot, scope, limit)
             if outcome.result.document is not None:
                 delivered = _delivery(view, passage)
                 tokens = estimate_tokens(outcome.result.document.content)
                 after = self.memory.record_call(
-                    session_key,
-                    delivered=[delivered],
-                    ran_retrieval=False,
-                    tokens=tokens,
-                    next_call=snapshot.next_call,
+                    session_key, delivered=[delivered], ran_retrieval=False, tokens=tokens, next_call=snapshot.next_call
                 )
                 outcome.call_index = after.calls
         return outcome

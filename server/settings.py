@@ -101,22 +101,22 @@ def _default_models() -> dict[str, TierModel]:
     return {
         "e5-small": TierModel(
             on_topic=Logistic(
-                weights={"similarity": 6.1845, "coverage": 4.9628, "agree": 0.9665, "margin": 2.7201},
-                bias=-1.4185,
-                threshold=0.5943,
+                weights={"similarity": 4.9174, "support": 14.5349, "agree": 0.6117, "margin": 3.0445},
+                bias=-0.62,
+                threshold=0.6285,
             ),
             top_right=Logistic(
                 weights={
-                    "margin": 2.5116,
-                    "gap": 13.9092,
-                    "similarity": -1.9055,
-                    "top_coverage": 3.4728,
-                    "agree": 0.0645,
+                    "margin": 1.2569,
+                    "gap": 13.1974,
+                    "similarity": -1.6022,
+                    "top_coverage": 2.6923,
+                    "agree": 0.265,
                 },
-                bias=-0.3752,
-                threshold=0.5561,
+                bias=-0.3955,
+                threshold=0.5477,
             ),
-            cross_language_offset=0.03,
+            cross_language_offset=0.01,
             lexical_weight=0.3,
         ),
         "bge-m3": TierModel(

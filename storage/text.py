@@ -26,7 +26,7 @@ _IDENTIFIER = re.compile(
 )
 # The version of the rules in this module: part of every document's content hash, so a change
 # here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
-RULES_VERSION = "1"
+RULES_VERSION = "2"
 # Shorter codes (T-1, A-2) are too ambiguous to name one document.
 _MIN_CODE_CHARS = 4
 # A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
@@ -93,6 +93,15 @@ _STOPWORDS = frozenset(
 )
 
 
+# Chinese function words: bigrams every question has ("怎么", "哪个"), which would otherwise
+# count as lexical evidence for whichever chunk happens to contain them.
+_CJK_STOP_BIGRAMS = frozenset(
+    """怎么 什么 哪个 哪些 如何 为什么 是否 可以 需要 应该 我们 你们 他们 这个 那个 一个 多少 怎样
+    是什 么是 么样 么办 怎么办 有没 没有 的话 时候 吗 呢 请问 一下 以及 或者 还是 如果 因为 所以 但是 就是
+    哪里 这些 那些 已经 能否 能不 不能 一般 之后 之前 的时 候会 会不 不会 是哪 个是""".split()
+)
+
+
 def detect_language(text: str) -> Language:
     """zh when the text contains CJK ideographs, else en (for queries and hints)."""
     return "zh" if CJK.search(text) else "en"
@@ -151,7 +160,7 @@ def terms(text: str) -> list[str]:
     for run in _CJK_RUN.findall(text):
         if len(run) == 1:
             out.append(run)
-        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        out.extend(b for i in range(len(run) - 1) if (b := run[i : i + 2]) not in _CJK_STOP_BIGRAMS)
     for code in identifiers(text):
         if "-" in code or " " in code:
             out.append(code.lower().replace("-", "_").replace(" ", "_"))

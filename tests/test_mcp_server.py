@@ -195,7 +195,7 @@ async def test_knowledge_map_resource_template_and_tool_agree(make_server: Any) 
     assert resource == tool
     ids = [d["domain_id"] for d in resource["domains"]]
     assert ids == ["api", "error-codes", "infrastructure", "onboarding", "troubleshooting"]
-    assert resource["document_count"] == 31
+    assert resource["document_count"] == 32
     for entry in resource["domains"]:
         assert (
             entry["description"]

@@ -41,7 +41,7 @@ async def test_a_new_topic_is_answered_after_a_stop_caused_by_a_repeat(make_serv
     async with Client(make_server()) as client:
         first, _ = await call(client, "ERR_TIMEOUT 是什么")
         repeat, _ = await call(client, "ERR_TIMEOUT 是什么")
-        new_topic, _ = await call(client, "数据库连接池的最大连接数怎么配置")
+        new_topic, _ = await call(client, "HikariCP 连接池参数怎么配置")
         repeat_again, _ = await call(client, "ERR_TIMEOUT 超时错误码")
     assert first["primary"]["doc_key"] == TIMEOUT_DOC
     assert repeat["relevance_level"] == "DEDUPED" and repeat["budget"]["next_call"] == "STOP"
