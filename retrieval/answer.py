@@ -109,13 +109,16 @@ def _precise_doc(
     if len(titles) == 1:
         return next(iter(titles))
     keyword_docs = set(evidence.specific_keyword_docs) & visible
+    named = {h.doc_key for h in evidence.l0 if h.kind != "code"} & visible
     by_similarity = sorted(
         (d for d in ranked if d.similarity is not None), key=lambda d: -(d.similarity or 0)
     )
     # A keyword no other document contains is specific, but a question can still be off-topic
-    # around it: it must also be the dense channel's first document and look answerable.
+    # around it: no other document may be named too, it must be the dense channel's first
+    # document, and the question must look answerable.
     if (
         len(keyword_docs) == 1
+        and named == keyword_docs
         and by_similarity
         and by_similarity[0].doc_key in keyword_docs
         and model.on_topic.passes(feats)
@@ -254,7 +257,7 @@ def _supplements(
     request: LookupRequest,
     policy: Policy,
 ) -> list[Passage]:
-    margin = _SUPPLEMENT_MARGIN.get(graded.tier)
+    margin = 1.0 if policy.supplements == "top_k" else _SUPPLEMENT_MARGIN.get(graded.tier)
     if margin is None:
         return []  # PRECISE: nothing more precise exists, the one document is the answer
     floor = candidates[0].score - margin

@@ -11,6 +11,7 @@ knowledge base, the models are fitted on the others and scored on it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from retrieval.engine import Evidence, KnowledgeView
 from retrieval.governance import GovernanceConfig
 from retrieval.logistic import fit_logistic
 from retrieval.ranking import features, rank
-from retrieval.relevance import Tier, TierModel
+from retrieval.relevance import Logistic, Tier, TierModel
 from retrieval.service import LookupRequest, Policy
 from storage.catalog import ChunkRecord
 
@@ -207,16 +208,32 @@ def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
             if query.answerable and ranked:
                 top_right_rows.append(feats)
                 top_right.append(ranked[0].doc_key == query.doc)
-    on_model = fit_logistic(rows, on_topic, ON_TOPIC_FEATURES)
+    if not any(on_topic):
+        raise CalibrationError("no answerable question: every question has doc null")
+    on_model = _fit_or_constant(rows, on_topic, ON_TOPIC_FEATURES)
     on_model = on_model.model_copy(
         update={"threshold": _keep_answerable(on_model.probability, rows, on_topic)}
     )
-    top_model = fit_logistic(top_right_rows, top_right, TOP_RIGHT_FEATURES)
+    top_model = _fit_or_constant(top_right_rows, top_right, TOP_RIGHT_FEATURES)
     threshold = _precise_enough(top_model.probability, top_right_rows, top_right)
     top_model = top_model.model_copy(update={"threshold": threshold})
     return TierModel(
         on_topic=on_model, top_right=top_model, cross_language_offset=offset, lexical_weight=weight
     )
+
+
+def _fit_or_constant(
+    rows: Sequence[Mapping[str, float]], labels: Sequence[bool], names: Sequence[str]
+) -> Logistic:
+    """A fitted model, or, when the questions show only one outcome, a constant one saying so.
+
+    Small evaluation sets can have every top document right (or no off-topic question): there
+    is nothing to separate, and the honest model is the observed rate.
+    """
+    if len(set(labels)) == 2:
+        return fit_logistic(rows, labels, names)
+    rate = (sum(labels) + 0.5) / (len(labels) + 1)
+    return Logistic(weights={}, bias=round(math.log(rate / (1 - rate)), 4), threshold=0.5)
 
 
 def _ranking_hits(bases: Sequence[KnowledgeBase], offset: float, weight: float) -> int:

@@ -22,7 +22,18 @@ class Tier(StrEnum):
     NO_MATCH = "NO_MATCH"
 
 
-FEATURES = ("similarity", "margin", "gap", "coverage", "support", "top_coverage", "agree", "l0", "sparse", "rerank")
+FEATURES = (
+    "similarity",
+    "margin",
+    "gap",
+    "coverage",
+    "support",
+    "top_coverage",
+    "agree",
+    "l0",
+    "sparse",
+    "rerank",
+)
 
 
 class Logistic(BaseModel):

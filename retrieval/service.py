@@ -67,6 +67,7 @@ class Policy:
     primary_max_chars: int = 4000
     supplement_max_chars: int = 1200
     content: Literal["passage", "document"] = "passage"
+    supplements: Literal["graded", "top_k"] = "graded"
 
 
 @dataclass
@@ -239,7 +240,11 @@ class LookupService:
                 delivered = _delivery(view, passage)
                 tokens = estimate_tokens(outcome.result.document.content)
                 after = self.memory.record_call(
-                    session_key, delivered=[delivered], ran_retrieval=False, tokens=tokens, next_call=snapshot.next_call
+                    session_key,
+                    delivered=[delivered],
+                    ran_retrieval=False,
+                    tokens=tokens,
+                    next_call=snapshot.next_call,
                 )
                 outcome.call_index = after.calls
         return outcome

@@ -117,7 +117,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"embedder {report['embedder']}; sets: {', '.join(report['sets'])}")
     for title, rows, total in (
         ("held out (fitted on the other sets)", report["held_out"], report["held_out_total"]),
-        ("configured model (the shipped defaults, fitted on all sets)", report["configured_model"], None),
+        ("configured model (the settings in force)", report["configured_model"], None),
     ):
         if not rows:
             continue

@@ -203,7 +203,10 @@ def replay_settings(settings: Settings, *, baseline: bool) -> Settings:
         "memory": settings.memory.model_copy(update={"persist": False}),
     }
     if baseline:
+        # A stateless retriever, as other knowledge servers are: no governance, no session, and
+        # the top_k documents of every call.
         update["governance"] = settings.governance.model_copy(update={"enabled": False})
+        update["retrieval"] = settings.retrieval.model_copy(update={"supplements": "top_k"})
     return settings.model_copy(update=update)
 
 

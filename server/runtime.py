@@ -114,4 +114,5 @@ def policy_from(settings: Settings) -> Policy:
         primary_max_chars=settings.retrieval.primary_max_chars,
         supplement_max_chars=settings.retrieval.supplement_max_chars,
         content=settings.retrieval.content,
+        supplements=settings.retrieval.supplements,
     )

@@ -147,6 +147,11 @@ class RetrievalSettings(BaseModel):
         description="passage: results carry the sections that matched and memory is kept per section; "
         "document: the predecessor's behaviour, the head of each document and memory per document.",
     )
+    supplements: Literal["graded", "top_k"] = Field(
+        default="graded",
+        description="graded: supplements only as close to the primary as the tier warrants (none for "
+        "PRECISE); top_k: always up to top_k documents, as a plain retriever returns them.",
+    )
     primary_max_chars: int = Field(default=4000, ge=200, le=100_000, description="Primary content cap.")
     supplement_max_chars: int = Field(default=1200, ge=100, le=100_000, description="Supplement cap.")
     read_max_chars: int = Field(

@@ -267,6 +267,8 @@ async def test_memory_of_a_failed_write_is_kept_for_the_next_one(log: Invocation
         blocker.close()
     assert await log.record(make_record())
     assert [r["session_key"] for r in rows(log.path, "SELECT * FROM session_memory")] == ["s1"]
+
+
 # -- every tools/call is audited, also the ones no handler runs (issue 14, finding 3) -------------
 
 

@@ -108,6 +108,7 @@ class SessionModel:
     def __init__(self) -> None:
         self.key = "prop-" + uuid.uuid4().hex[:12]
         self.docs: dict[str, str] = {}  # doc_key -> domain
+        self.passages: set[str] = set()  # doc_key#section the session was given
         self.calls = 0
 
 
@@ -139,9 +140,11 @@ class LookupMachine(RuleBasedStateMachine):
         returned = ([answer["primary"]] if answer["primary"] else []) + answer["supplement"]
         keys = [doc["doc_key"] for doc in returned]
         assert len(keys) == len(set(keys))
-        assert not set(keys) & set(session.docs), "a document was sent twice to one session"
+        passages = {f"{doc['doc_key']}#{section}" for doc in returned for section in doc["sections"] or [""]}
+        assert not passages & session.passages, "a passage was sent twice to one session"
         assert {doc["doc_key"] for doc in answer["already_in_context"]} <= set(session.docs)
         session.docs.update({doc["doc_key"]: doc["domain"] for doc in returned})
+        session.passages |= passages
         session.calls += 1
         assert sorted(answer["retrieved_domains_this_session"]) == sorted(set(session.docs.values()))
         assert answer["budget"]["calls_used"] == session.calls
@@ -166,6 +169,7 @@ class LookupMachine(RuleBasedStateMachine):
         assert not result.is_error
         assert result.structured_content["forgotten"] == (session.calls > 0)
         session.docs.clear()
+        session.passages.clear()
         session.calls = 0
 
     @invariant()

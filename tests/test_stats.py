@@ -277,7 +277,7 @@ def test_the_summary_counts_redundant_blocked_and_failed_calls(crafted_log: Path
     # doc_retrieved and circuit_open returned nothing new; the failed call is not redundant.
     assert summary["redundant_calls"] == {"count": 2, "lookups": 5, "rate": 0.4}
     assert summary["blocked_calls"] == {
-        "count": 1, "by_reason": {"circuit_open": 1, "missing_dimension_required": 0}
+        "count": 1, "by_reason": {"circuit_open": 1}
     }  # fmt: skip
     assert summary["errors"] == 1
     assert summary["sessions"] == {
@@ -311,7 +311,7 @@ def test_stats_command_prints_bars_and_writes_a_png(
     assert run_stats(stats_args(png=png), settings) == 0
     text = capsys.readouterr().out
     assert "Redundant-call rate: 40.0% (2 of 5 lookups" in text
-    assert "Blocked calls: 1 (circuit_open 1, missing_dimension_required 0)" in text
+    assert "Blocked calls: 1 (circuit_open 1)" in text
     assert "█" in text and "0.885-0.890 <reference" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
