@@ -44,7 +44,7 @@ async def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     print()
     print("\n".join(render_counts(governed)))
     if baseline is not None:
-        print("\nbaseline (stateless: governance and dedup off):")
+        print("\nbaseline (stateless: governance and dedup off, top_k documents per call):")
         print("\n".join(render_counts(baseline)))
         print()
         print("\n".join(render_comparison(governed, baseline)))

@@ -114,10 +114,10 @@ def test_memory_scenario_refuses_the_repeat_and_never_resends_a_passage(replays:
     assert governed.total.duplicate_returns == 0 and baseline.total.duplicate_returns > 0
 
 
-def test_a_single_lookup_scenario_costs_the_same_as_the_baseline(replays: dict[str, Any]) -> None:
+def test_a_single_lookup_scenario_gets_the_baselines_first_document(replays: dict[str, Any]) -> None:
     governed, baseline = replays["scenario1-normal"]
-    assert governed.total.content_tokens == baseline.total.content_tokens > 0
-    assert governed.calls[0].doc_keys == baseline.calls[0].doc_keys
+    assert 0 < governed.total.content_tokens <= baseline.total.content_tokens
+    assert governed.calls[0].doc_keys[0] == baseline.calls[0].doc_keys[0]
 
 
 def test_targeted_trace_refuses_the_rephrase_and_serves_the_targeted_lookup(replays: dict[str, Any]) -> None:
@@ -207,7 +207,7 @@ def test_eval_command_prints_governed_and_baseline_side_by_side(
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith(f"trace {ISS003}: 10 lookups in 1 session(s)")
-    assert "baseline (stateless: governance and dedup off):" in out
+    assert "baseline (stateless: governance and dedup off, top_k documents per call):" in out
     assert "governed/baseline" in out
     assert "needed delivered once" in out and "text characters" in out
 
