@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from retrieval.answer import grade_evidence, plan_answer
+from retrieval.answer import Graded, grade_evidence, plan_answer
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.governance import GovernanceConfig
 from retrieval.logistic import fit_logistic
@@ -164,7 +164,7 @@ def _count(
     tier: Tier,
     delivered: list[str],
     contents: list[str],
-    graded: object,
+    graded: Graded,
 ) -> None:
     figures.questions += 1
     counts = figures.tiers.setdefault(query.kind, {})
@@ -183,8 +183,7 @@ def _count(
         figures.codes_precise += tier is Tier.PRECISE and primary == query.doc
         return
     figures.answerable += 1
-    ranked = getattr(graded, "ranked", ())
-    figures.hit_at_1 += bool(ranked) and ranked[0].doc_key == query.doc
+    figures.hit_at_1 += bool(graded.ranked) and graded.ranked[0].doc_key == query.doc
     figures.delivered += query.doc in delivered
     if query.answer:
         figures.with_answer += 1

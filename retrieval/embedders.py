@@ -135,7 +135,7 @@ class LanguageCentred:
 def _language_means(means: dict[str, list[float]]) -> dict[str, np.ndarray]:
     out = {language: np.asarray(values, dtype=np.float32) for language, values in means.items()}
     # Text mixing both languages sits between them.
-    out["mixed"] = (out["zh"] + out["en"]) / 2
+    out["mixed"] = ((out["zh"] + out["en"]) / 2).astype(np.float32)
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from retrieval.answer import Graded, Plan, grade_evidence, plan_answer, render_result
 from retrieval.engine import KnowledgeEngine, KnowledgeView
-from retrieval.governance import GovernanceConfig, NextCall, Usage, WaterLevel, decide, water_level
+from retrieval.governance import Decision, GovernanceConfig, NextCall, Usage, WaterLevel, decide, water_level
 from retrieval.models import (
     AlreadyInContext,
     DocumentContent,
@@ -148,64 +148,66 @@ class LookupService:
         retrieved: bool,
     ) -> LookupOutcome:
         """Account the call in the session's memory and build the result."""
-        language = self._language(policy, request.query)
         documents = plan.documents(view, policy)
         tokens = sum(estimate_tokens(d.content) for d in documents)
-        config = policy.governance
-        governed = config.enabled and snapshot is not None
+        governed = policy.governance.enabled and snapshot is not None
         if snapshot is not None and session_key is not None:
-            domains = {d.domain for d in snapshot.documents.values()} | {d.domain for d in documents}
-            usage = Usage(snapshot.calls + 1, snapshot.tokens + tokens, len(domains))
-            decision = decide(config, plan.deciding_tier, usage) if governed else None
-            if plan.dedup_reason == "circuit_open":
-                # Already closed: the call is counted, the circuit stays as it is.
-                decision = None
-            next_call = NextCall.STOP if plan.dedup_reason == "circuit_open" else None
-            next_call = decision.next_call if decision else next_call
-            closes = (
-                decision is not None
-                and next_call is NextCall.STOP
-                and decision.water_level is WaterLevel.HIGH
-            )
-            after = self.memory.record_call(
-                session_key,
-                delivered=[_delivery(view, p) for p in plan.deliver],
-                ran_retrieval=retrieved,
-                tokens=tokens,
-                next_call=next_call.value if next_call else None,
-                closes=closes,
-                answered=plan.answered if governed else (),
-            )
-            domains_after = list(after.retrieved_domains)
-            level = water_level(config, usage)
+            account = self._account(plan, view, documents, tokens, session_key, snapshot, policy, retrieved)
         else:
-            usage = Usage(1, tokens, len({d.domain for d in documents}))
-            decision, next_call, domains_after, level = (
-                None,
-                None,
-                sorted({d.domain for d in documents}),
-                None,
-            )
+            account = _Account(Usage(1, tokens, len({d.domain for d in documents})), None, None, None, [])
+            account.domains = sorted({d.domain for d in documents})
         result = render_result(
             plan,
             documents,
             view,
             snapshot,
             scope=scope,
-            language=language,
-            config=config,
-            usage=usage,
-            decision=decision,
-            next_call=next_call,
-            level=level if governed else None,
-            domains=domains_after,
+            language=self._language(policy, request.query),
+            config=policy.governance,
+            usage=account.usage,
+            decision=account.decision,
+            next_call=account.next_call,
+            level=account.level if governed else None,
+            domains=account.domains,
             memory=session_key is not None,
             governed=governed,
         )
         details = _details(
             plan, graded, result, self.engine.embedder_name, policy, tokens, blocked=not retrieved
         )
-        return LookupOutcome(result, details, [d.doc_key for d in documents], call_index=usage.calls)
+        return LookupOutcome(result, details, [d.doc_key for d in documents], call_index=account.usage.calls)
+
+    def _account(
+        self,
+        plan: Plan,
+        view: KnowledgeView,
+        documents: list[DocumentContent],
+        tokens: int,
+        session_key: str,
+        snapshot: MemorySnapshot,
+        policy: Policy,
+        retrieved: bool,
+    ) -> _Account:
+        """Decide the next call from the tier and the water level, and record the call."""
+        config = policy.governance
+        domains = {d.domain for d in snapshot.documents.values()} | {d.domain for d in documents}
+        usage = Usage(snapshot.calls + 1, snapshot.tokens + tokens, len(domains))
+        closed = plan.dedup_reason == "circuit_open"
+        # A closed session stays closed: the call is counted and no new decision is made.
+        decision = decide(config, plan.deciding_tier, usage) if config.enabled and not closed else None
+        next_call = decision.next_call if decision else (NextCall.STOP if closed else None)
+        after = self.memory.record_call(
+            session_key,
+            delivered=[_delivery(view, p) for p in plan.deliver],
+            ran_retrieval=retrieved,
+            tokens=tokens,
+            next_call=next_call.value if next_call else None,
+            closes=decision is not None
+            and next_call is NextCall.STOP
+            and decision.water_level is WaterLevel.HIGH,
+            answered=plan.answered if config.enabled else (),
+        )
+        return _Account(usage, decision, next_call, water_level(config, usage), list(after.retrieved_domains))
 
     async def read(
         self,
@@ -256,6 +258,17 @@ class LookupService:
         if policy.hint_language == "zh":
             return "zh"
         return detect_language(query)
+
+
+@dataclass
+class _Account:
+    """What accounting one call in its session decided."""
+
+    usage: Usage
+    decision: Decision | None
+    next_call: NextCall | None
+    level: WaterLevel | None
+    domains: list[str]
 
 
 @dataclass

@@ -167,11 +167,18 @@ class Catalog:
         )
         return [
             CatalogEntry(
-                *r[0:4],
-                tuple(json.loads(r[4])),
-                *r[5:10],
-                tuple(filter(None, r[10].split(","))),
-                tuple(json.loads(r[11])),
+                doc_key=r[0],
+                content_hash=r[1],
+                title=r[2],
+                domain=r[3],
+                keywords=tuple(json.loads(r[4])),
+                summary=r[5],
+                domain_description=r[6],
+                when_to_retrieve=r[7],
+                body=r[8],
+                chunk_count=r[9],
+                languages=tuple(filter(None, r[10].split(","))),
+                identifiers=tuple(json.loads(r[11])),
             )
             for r in rows
         ]

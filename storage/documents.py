@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -306,8 +307,7 @@ def chunk_markdown(body: str, *, title: str, rule: ChunkingRule) -> Iterator[Chu
     index = 0
     pending_heading, pending = "", ""
     for heading, text in _sections(body):
-        context = chunk_context(title, heading)
-        for part in _split_long(text, lambda t, c=context: rule.fits(c, t)):
+        for part in _split_long(text, functools.partial(rule.fits, chunk_context(title, heading))):
             merged = f"{pending}\n\n{part}" if pending else part
             if pending and rule.fits(chunk_context(title, pending_heading), merged):
                 pending = merged
