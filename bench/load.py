@@ -94,7 +94,7 @@ def session_queries(index: int, count: int) -> list[str]:
 
 
 async def _session(url: str, index: int, calls: int, report: LoadReport, timeout_s: float) -> None:
-    own_docs: dict[str, str] = {}  # doc_key -> domain, as returned to this session
+    own_docs: dict[str, str] = {}  # doc_key#section -> domain, as returned to this session
     try:
         async with Client(url, mode="legacy", read_timeout_seconds=timeout_s) as client:
             for query in session_queries(index, calls):
@@ -124,14 +124,20 @@ def _check_isolation(
     report.tiers[answer.get("relevance_level", "?")] += 1
     already = {doc["doc_key"] for doc in answer.get("already_in_context", [])}
     report.deduped_documents += len(already)
-    foreign = already - set(own_docs)
+    foreign = already - {passage.split("#", 1)[0] for passage in own_docs}
     if foreign:
         report.leaks.append(f"session {index} was told it already has {sorted(foreign)}")
     returned = ([answer["primary"]] if answer.get("primary") else []) + answer.get("supplement", [])
-    twice = {doc["doc_key"] for doc in returned} & set(own_docs)
+    # Memory is per passage: another section of a document is new content, the same one never is.
+    passages = {
+        f"{doc['doc_key']}#{section}": doc["domain"]
+        for doc in returned
+        for section in doc["sections"] or [""]
+    }
+    twice = set(passages) & set(own_docs)
     if twice:
         report.leaks.append(f"session {index} was sent {sorted(twice)} a second time")
-    own_docs.update({doc["doc_key"]: doc["domain"] for doc in returned})
+    own_docs.update(passages)
     domains = set(answer.get("retrieved_domains_this_session", []))
     if domains != set(own_docs.values()):
         report.leaks.append(
