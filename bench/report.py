@@ -109,7 +109,8 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         " behind each, while embedding 10,000 full chunks would take this machine over half an hour (see the"
         " rates below). The catalog and the lexical index hold the full text.",
         f"- **Short chunks** (`bench/corpus.py`): one or two sentences per chunk (mean {corpus['short_mean_tokens']}"
-        " model tokens), the corpus of earlier runs; its figures are the second tables.",
+        " model tokens of body text; the title line adds about 8), the corpus of earlier runs; its figures are"
+        " the second tables.",
         "",
         f"## Targets (realistic lengths; lookups at {ref:,} chunks)",
         "",
@@ -200,8 +201,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         lines += [
             "",
             f"The edit embedded {inc['embedded_share']:.3f} of the chunks and {inc['token_share']:.3f} of the"
-            f" model tokens of the first ingest ({inc['embed_seconds_share']} of its embedding seconds: one"
-            " passage per call keeps the model's two threads less busy than a batch).",
+            f" model tokens of the first ingest, and took {inc['embed_seconds_share']} of its embedding seconds.",
         ]
     lines += [
         "",
@@ -262,7 +262,8 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         "",
         "## Short chunks (second tables)",
         "",
-        f"The corpus of earlier runs: one or two sentences per chunk, mean {corpus['short_mean_tokens']} model tokens.",
+        f"The corpus of earlier runs: one or two sentences per chunk, mean {corpus['short_mean_tokens']} model tokens"
+        " of body text (the ingest table counts the embedded text, title line included).",
         "",
     ]
     lines += _ingest_rows(ingest, {"short": "short chunks"})

@@ -188,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-uri", default=None, help="use a running server instead of starting one")
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "server-column.json")
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--render-only", action="store_true", help="only rewrite the section from --results")
     args = p.parse_args(argv)
+    if args.render_only:
+        write_docs(render(json.loads(args.results.read_text(encoding="utf-8"))), args.docs)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="server-bench-"))
     try:
         results = run([int(s) for s in args.sizes.split(",")], args.rounds, args.server_uri, work)
