@@ -1,13 +1,13 @@
 """In-process measurements at one corpus size: warm lookup through the SDK's MCP client, its floor
-(query embedding alone + raw ``MilvusClient.search`` alone), the repeated and blocked paths, and
-the invocation-log commit per call. All ratios are computed from samples of the same rounds.
+(query embedding alone + one raw ``MilvusClient.search`` alone, as the engine makes it), the
+repeated and blocked paths, and the invocation-log commit per call. All ratios are computed from
+samples of the same rounds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -21,11 +21,22 @@ from mcp import Client
 from bench.corpus import SyntheticChunk, identifier_query, take
 from bench.stats import ratio_summary, summarize
 from bench.store_ready import wait_until_indexed
+from retrieval.engine import DENSE_LIMIT
 from server.app import create_server
 from server.settings import Settings
-from storage.vector_store import SEARCH_FIELDS, VECTOR_FIELD
+from storage.vector_store import SEARCH_FIELDS, VECTOR_FIELD, string_literal
 
 TOOL = "lookup_knowledge"
+
+
+def short_path_governance() -> dict[str, Any]:
+    """Governance that closes a session on its second call: water by calls, HIGH from the second.
+
+    The first (exact) lookup is at MEDIUM and allowed; the identical repeat is DEDUPED at HIGH,
+    which stops and closes the session; the third call is then refused without retrieval. Fresh
+    lookups each open a new session, so they run at MEDIUM, where every tier allows as at LOW.
+    """
+    return {"water_metric": "calls", "levels": {"calls": {"low_max": 0, "medium_max": 1}}}
 
 
 def log(message: str) -> None:
@@ -52,14 +63,7 @@ class _Timed:
 
 
 # The per-sample series of a fresh lookup, each summarized over the rounds.
-_SERIES = (
-    "lookup_ms",
-    "embed_ms",
-    "search_ms",
-    "floor_ms",
-    "search_per_language_sequential_ms",
-    "lookup_main_thread_cpu_ms",
-)
+_SERIES = ("lookup_ms", "embed_ms", "search_ms", "floor_ms", "lookup_main_thread_cpu_ms")
 
 
 class LookupBench:
@@ -94,17 +98,17 @@ class LookupBench:
         return f"bench-{self._run}-{label}-{self.size}-{self._calls}"
 
     # -- the store, raw ------------------------------------------------------------------
-    def _raw_search(self, vector: list[float], language: str | None = None) -> float:
-        """One ``MilvusClient.search`` with exactly the server's collection, limit and parameters."""
+    def _raw_search(self, vector: list[float], domain: str | None = None) -> float:
+        """One ``MilvusClient.search`` with exactly the engine's collection, limit and parameters."""
         runtime = self.resources.runtime
-        limit = 3 * self.settings.retrieval.candidate_factor  # the tool's default top_k is 3
+        limit = DENSE_LIMIT
         client = runtime.store._client  # the server's own client: the floor must not add a hop
         started = time.perf_counter()
         client.search(
             runtime.store.collection,
             data=[vector],
             limit=limit,
-            filter=f"lang == {json.dumps(language)}" if language else "",
+            filter=f"domain == {string_literal(domain)}" if domain else "",
             output_fields=SEARCH_FIELDS,
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, limit)}},
         )
@@ -150,9 +154,6 @@ class LookupBench:
             if commit is not None:
                 commit.samples.clear()  # only the measured rounds count
 
-            # The engine searches once per chunk language when the corpus has several.
-            found = tuple(getattr(engine.view(), "languages", ()))
-            languages: tuple[str | None, ...] = found if len(found) > 1 else (None,)
             series: dict[str, list[list[float]]] = {name: [] for name in _SERIES}
             commits: list[list[float]] = []
             tiers: dict[str, int] = {}
@@ -163,7 +164,7 @@ class LookupBench:
                 for i, query in enumerate(take(self.queries, per_round)):
                     before = (engine.searches, cached.misses)
                     # Alternate the order so neither side always runs on a warmer cache.
-                    sample = await self._fresh_sample(client, query, languages, lookup_first=(r + i) % 2 == 0)
+                    sample = await self._fresh_sample(client, query, lookup_first=(r + i) % 2 == 0)
                     for name in _SERIES:
                         current[name].append(sample[name])
                     tiers[sample["tier"]] = tiers.get(sample["tier"], 0) + 1
@@ -184,7 +185,6 @@ class LookupBench:
                 )
             out.update({name: summarize(values) for name, values in series.items()})
             out["lookup_over_floor"] = ratio_summary(series["lookup_ms"], series["floor_ms"])
-            out["languages"] = list(found)
             out["store_searches_per_lookup"] = round(store_searches / (rounds * per_round), 2)
             out["tiers"] = tiers
             out["fresh_violations"] = len(not_fresh)
@@ -197,9 +197,7 @@ class LookupBench:
                 out["profile"] = await self._profile(client, profile_path, profile_queries)
         return out
 
-    async def _fresh_sample(
-        self, client: Client, query: str, languages: tuple[str | None, ...], *, lookup_first: bool
-    ) -> dict[str, Any]:
+    async def _fresh_sample(self, client: Client, query: str, *, lookup_first: bool) -> dict[str, Any]:
         """One fresh lookup through MCP and, next to it, its floor from the raw parts."""
         sample: dict[str, Any] = {}
 
@@ -214,10 +212,6 @@ class LookupBench:
             sample["embed_ms"] = _ms(started)
             sample["search_ms"] = self._raw_search(vector)
             sample["floor_ms"] = sample["embed_ms"] + sample["search_ms"]
-            # What the engine's design asks of the store: one filtered search per language.
-            sample["search_per_language_sequential_ms"] = sum(
-                self._raw_search(vector, lang) for lang in languages
-            )
 
         if lookup_first:
             await lookup()
@@ -249,7 +243,12 @@ class LookupBench:
     async def _repeat_and_blocked(
         self, client: Client, engine: Any, cached: Any, items: list[SyntheticChunk], rounds: int
     ) -> dict[str, Any]:
-        """Per session: an exact lookup, the identical call again (DEDUPED), then any call (blocked)."""
+        """Per session: an exact lookup, the identical call again (DEDUPED), then any call (blocked).
+
+        Blocked means refused without retrieval, which happens only once a session is closed at
+        HIGH water: the settings given to this bench must make the repeat reach HIGH (see
+        ``short_path_governance``).
+        """
         per_round = max(1, len(items) // rounds)
         repeated: list[list[float]] = []
         blocked: list[list[float]] = []
@@ -329,8 +328,9 @@ class LookupBench:
 # Where a lookup's time goes, by the outermost frame of each part (per cent of the profiled time).
 _PARTS = {
     "query embedding": (("embed_queries", "embedders.py"),),
-    # The engine's per-language searches (one inline, the others awaited from a pool thread).
-    "Milvus search": (("_search_each", "engine.py"), ("search", "milvus_client.py")),
+    "Milvus search": (("search", "milvus_client.py"),),
+    # The lexical search runs on a pool thread; the profile sees only the wait for it.
+    "waiting for the lexical search": (("result", "_base.py"),),
     "invocation log": (("record", "invocation_log.py"),),
 }
 

@@ -84,8 +84,13 @@ class AppResources:
             if settings.watch.directory is not None:
                 self._watch = asyncio.create_task(self._keep_in_sync(settings.watch.directory))
             if settings.log.enabled:
+                # NORMAL under WAL: a committed row survives a crash of this process, but a power
+                # loss or OS crash can lose the last rows. FULL's fsync per call cost ~0.5 ms on the
+                # repeated and refused paths, whose target is 2 ms (docs/benchmarks.md).
                 self.log = await InvocationLog.open(
-                    settings.data_dir / "log.sqlite", log_queries=settings.log.log_queries
+                    settings.data_dir / "log.sqlite",
+                    log_queries=settings.log.log_queries,
+                    synchronous="NORMAL",
                 )
                 if settings.memory.persist:
                     await self._restore_memory()
