@@ -108,10 +108,11 @@ class MilvusVectorStore:
         index = self._client.prepare_index_params()
         # COSINE: Milvus returns the cosine itself (L2 would come back squared).
         index.add_index(field_name=VECTOR_FIELD, index_type="HNSW", metric_type="COSINE", params=_HNSW)
-        # Strong: a read right after an upsert or delete sees it. A Milvus server defaults to Bounded
-        # staleness, where an ingest's new chunks could stay invisible for a moment after the switch.
+        # Session: a client reads its own writes (an ingest, then a lookup in the same process),
+        # and a search that wrote nothing never waits. Strong made every search on a Milvus server
+        # wait for the next time tick (~300 ms); the catalog decides what is visible either way.
         self._client.create_collection(
-            self.collection, schema=schema, index_params=index, consistency_level="Strong"
+            self.collection, schema=schema, index_params=index, consistency_level="Session"
         )
         self._client.load_collection(self.collection)
 
@@ -175,13 +176,19 @@ class MilvusVectorStore:
         ]
 
     def count(self) -> int:
-        rows = self._client.query(self.collection, filter="", output_fields=["count(*)"])
+        rows = self._client.query(
+            self.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+        )
         return int(rows[0]["count(*)"])
 
     def chunk_ids(self, doc_key: str) -> list[str]:
         """The ids of every stored chunk of doc_key, for consistency checks."""
         rows = self._client.query(
-            self.collection, filter=f"doc_key == {string_literal(doc_key)}", output_fields=["id"], limit=16384
+            self.collection,
+            filter=f"doc_key == {string_literal(doc_key)}",
+            output_fields=["id"],
+            limit=16384,
+            consistency_level="Strong",  # consistency checks read what was just written
         )
         return sorted(str(r["id"]) for r in rows)
 
