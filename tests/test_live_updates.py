@@ -83,7 +83,11 @@ def test_watched_folder_is_ingested_after_a_write_and_bad_files_are_reported(
             time.sleep(0.2)
         output = served.output()
     assert "failed: broken.md: broken YAML front matter" in output, output[-3000:]
-    assert "added 1, updated 0, deleted 0, skipped 32, failed 1" in output, output[-3000:]
+    # The two writes may land in one ingest or, when the watcher's first ingest runs between
+    # them, in two: either way the new document is added once and the bad file is reported.
+    reports = [line for line in output.splitlines() if "server.watch: watch " in line]
+    assert sum("added 1," in line for line in reports) == 1, output[-3000:]
+    assert any("failed 1," in line for line in reports), output[-3000:]
 
 
 async def test_a_burst_of_changes_becomes_one_ingest_after_the_quiet_period(tmp_path: Path) -> None:
