@@ -70,8 +70,9 @@ def clone_data_dir(
         store.ensure_collection()
         rows = client.query(
             source,
-            filter="chunk_index >= 0",
-            output_fields=["id", "doc_key", "doc_hash", "chunk_index", "domain", "lang", "vector"],
+            filter='doc_key != ""',
+            output_fields=["id", "doc_key", "domain", "lang", "vector"],
+            consistency_level="Strong",
             limit=16384,
         )
         client.insert(name, [dict(row) for row in rows])
