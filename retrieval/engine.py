@@ -69,7 +69,6 @@ class Evidence:
     lexical: tuple[LexicalHit, ...]
     # Inverse document frequency of each query term: the weight of a lexical match.
     term_weights: tuple[tuple[str, float], ...]
-    generation: int = 0
     # chunk_id -> BGE-M3 lexical match (retrieval.sparse) of every candidate chunk; empty with e5.
     sparse: tuple[tuple[str, float], ...] = ()
     # chunk_id -> reranker score (0..1) of the best few candidates; empty unless it is enabled.
@@ -178,7 +177,6 @@ class KnowledgeEngine:
             dense=dense,
             lexical=visible_lexical,
             term_weights=tuple(sorted(weights.items())),
-            generation=view.generation,
             sparse=tuple(sorted(sparse.items())),
             rerank=tuple(sorted(rerank.items())),
         )

@@ -130,10 +130,6 @@ class MemorySnapshot:
     def retrieved_domains(self) -> tuple[str, ...]:
         return tuple(sorted({d.domain for d in self.documents.values()}))
 
-    def holds_chunk(self, doc_key: str, chunk_id: str) -> bool:
-        held = self.documents.get(doc_key)
-        return held is not None and chunk_id in held.chunks
-
 
 EMPTY = MemorySnapshot({}, 0, 0, 0, None, False)
 
