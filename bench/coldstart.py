@@ -1,4 +1,4 @@
-"""Cold start and peak memory of the real serving process: ``python -m server.cli serve`` over stdio.
+"""Cold start and peak memory of the real serving process: ``python -m server serve`` over stdio.
 
 The clock starts just before the process is spawned. The initialize request is written at once
 (it waits in the pipe while Python starts), so "initialize answered" covers interpreter start,
@@ -96,7 +96,7 @@ def one_start(
     """Start the server once; time initialize and the first lookup; optionally load it and read its peak RSS."""
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve"],
+        [sys.executable, "-m", "server", "serve"],
         cwd=ROOT,
         env=env,
         stdin=subprocess.PIPE,
@@ -156,7 +156,7 @@ def cold_start(
         # What the serving process imports before it can read a message, timed on its own.
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-c", "import server.cli, server.commands, server.serve"],
+            [sys.executable, "-c", "import server.cli, server.cli.commands, server.cli.serve"],
             cwd=ROOT,
             env=env,
             check=True,

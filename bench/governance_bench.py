@@ -1,6 +1,6 @@
 """Governance payoff: the ``eval`` replay of the shipped traces, governed against ``--baseline``.
 
-It runs the same code as ``lookup-knowledge-mcp eval TRACE --baseline`` (``server.replay``), in
+It runs the same code as ``lookup-knowledge-mcp eval TRACE --baseline`` (``server.cli.replay``), in
 process so the model is loaded once, over the sample knowledge base ingested into a scratch
 directory.
 """
@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from server.replay import read_trace, replay
-from server.runtime import open_runtime
-from server.settings import load_settings
+from server.cli.replay import read_trace, replay
+from server.config.settings import load_settings
+from server.stack import open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"

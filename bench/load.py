@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("ingesting the sample knowledge base ...", file=sys.stderr)
             subprocess.run(
-                [sys.executable, "-m", "server.cli", "ingest", str(SAMPLE_KB), "--data-dir", str(data_dir)],
+                [sys.executable, "-m", "server", "ingest", str(SAMPLE_KB), "--data-dir", str(data_dir)],
                 check=True,
                 cwd=ROOT,
             )
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "server.cli",
+                    "server",
                     "serve",
                     "--transport",
                     "streamable-http",

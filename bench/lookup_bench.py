@@ -22,8 +22,8 @@ from bench.corpus import SyntheticChunk, identifier_query, take
 from bench.stats import ratio_summary, summarize
 from bench.store_ready import wait_until_indexed
 from retrieval.engine import DENSE_LIMIT
-from server.app import create_server
-from server.settings import Settings
+from server.config.settings import Settings
+from server.protocol.app import app_resources, create_server
 from storage.vector_store import SEARCH_FIELDS, VECTOR_FIELD, string_literal
 
 TOOL = "lookup_knowledge"
@@ -74,8 +74,8 @@ class LookupBench:
         self.inner = embedder  # the uncached model: the floor's embedding must not hit the LRU
         self.queries = queries
         self.size = size
-        self.server = create_server(settings, overrides={"data_dir": settings.data_dir}, embedder=embedder)
-        self.resources = self.server.resources_state  # type: ignore[attr-defined]
+        self.resources = app_resources(settings, overrides={"data_dir": settings.data_dir}, embedder=embedder)
+        self.server = create_server(self.resources)
         self._calls = 0
         # Session ids unique to this run: the server restores persisted action memory at start.
         self._run = uuid.uuid4().hex[:8]

@@ -275,7 +275,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
     if cold:
         rss = cold["peak_rss_mb"]
         lines += [
-            f"`python -m server.cli serve` over stdio on the {ref:,}-chunk realistic data directory, {cold['starts']}"
+            f"`python -m server serve` over stdio on the {ref:,}-chunk realistic data directory, {cold['starts']}"
             " starts (ms, median / p95 / spread):",
             "",
             f"- process start to `initialize` answered: {_ms(cold['initialize_ms'])}",

@@ -113,8 +113,8 @@ class Clock:
 def _ingest_step(
     kb: Path, data: Path, embedder: Any, chunks: list[SyntheticChunk], clock: Clock, label: str
 ) -> dict:
-    from server.runtime import open_runtime
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.stack import open_runtime
 
     written = write_knowledge_base(kb, chunks)
     runtime = open_runtime(load_settings(None, data_dir=data), embedder=embedder)
@@ -166,7 +166,7 @@ def _lookups(
     reference: int | None,
 ) -> None:
     """Build one corpus size by size and measure lookups at each; at reference also profile and cold start."""
-    from server.settings import load_settings
+    from server.config.settings import load_settings
 
     quick = args.quick
     rounds = results["samples"]["rounds"]
@@ -278,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     from retrieval.embedders import create_embedder
-    from server.runtime import chunking_rule
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.stack import chunking_rule
 
     # What the server loads: e5-small with the language means removed.
     embedder: Any = create_embedder("e5-small")

@@ -14,24 +14,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from retrieval.engine import Evidence, KnowledgeView
-from retrieval.governance import Decision, GovernanceConfig, GuidanceKey, NextCall, Usage, guidance_text
+from retrieval.governance import Decision, GovernanceConfig, GuidanceKey, Usage, guidance_text
 from retrieval.models import (
     AlreadyInContext,
     Budget,
     DedupReason,
     DocumentContent,
     LookupResult,
+    NextCall,
     SessionScope,
+    Tier,
+    WaterLevel,
 )
 from retrieval.passages import Passage, best_passage, whole_document
 from retrieval.ranking import RankedDoc, features, rank
-from retrieval.relevance import Language, Tier, TierModel, completeness_hint, grade
+from retrieval.relevance import TierModel, completeness_hint, grade
 from retrieval.tracker import HeldView, MemorySnapshot
 from storage.catalog import ChunkRecord
+from storage.text import Language
 
 if TYPE_CHECKING:
-    from retrieval.governance import WaterLevel
-    from retrieval.service import LookupRequest, Policy
+    from retrieval.requests import LookupRequest, Policy
 
 # A supplement must score within this much of the primary's fused score, per tier: a confident
 # answer needs little company, an uncertain one shows its alternatives (up to top_k).
@@ -301,7 +304,7 @@ def render_result(
     )
     return LookupResult(
         found=bool(documents),
-        relevance_level=plan.tier.value,
+        relevance_level=plan.tier,
         completeness_hint=completeness_hint(plan.tier, language),
         primary=documents[0] if documents else None,
         supplement=documents[1:],
@@ -352,8 +355,8 @@ def _budget(
         key = decision.guidance_key
     return Budget(
         calls_used=usage.calls,
-        water_level=level.value if level else None,
-        next_call=next_call.value if next_call else None,
+        water_level=level,
+        next_call=next_call,
         guidance=guidance_text(config, key, language, usage),
     )
 

@@ -20,9 +20,10 @@ from retrieval.answer import Graded, grade_evidence, plan_answer
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.governance import GovernanceConfig
 from retrieval.logistic import fit_logistic
+from retrieval.models import Tier
 from retrieval.ranking import features, rank
-from retrieval.relevance import Logistic, Tier, TierModel
-from retrieval.service import LookupRequest, Policy
+from retrieval.relevance import Logistic, TierModel
+from retrieval.requests import LookupRequest, Policy
 from storage.catalog import ChunkRecord
 
 KINDS = ("code", "paraphrase", "cross", "long", "offtopic", "near")

@@ -62,7 +62,8 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     if vectors.ndim == 1:
         vectors = vectors[None, :]
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
+    normalised: np.ndarray = vectors / np.maximum(norms, 1e-12)
+    return normalised
 
 
 class E5SmallEmbedder:

@@ -8,25 +8,12 @@ advised in the prompt: the predecessor's agents ignored prompt rules.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, model_validator
 
-from retrieval.relevance import Language, Tier
-
-
-class WaterLevel(StrEnum):
-    LOW = "LOW"
-    MEDIUM = "MEDIUM"
-    HIGH = "HIGH"
-
-
-class NextCall(StrEnum):
-    ALLOW = "ALLOW"
-    TARGETED_ONLY = "TARGETED_ONLY"
-    STOP = "STOP"
-
+from retrieval.models import NextCall, Tier, WaterLevel
+from storage.text import Language
 
 WaterMetric = Literal["calls", "tokens", "domains"]
 GuidanceKey = Literal[
@@ -145,7 +132,7 @@ class GovernanceConfig(BaseModel):
         if "en" not in self.guidance:
             raise ValueError("guidance.en is required: it is the fallback for every language")
         for language, texts in self.guidance.items():
-            missing_keys = sorted(set(GuidanceKey.__args__) - set(texts))  # type: ignore[attr-defined]
+            missing_keys = sorted(set(get_args(GuidanceKey)) - set(texts))
             if missing_keys:
                 raise ValueError(f"guidance.{language} lacks {', '.join(missing_keys)}")
             for key, template in texts.items():

@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-RelevanceLevel = Literal["PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED", "NO_MATCH"]
+# The vocabulary of every result, defined here once; the rest of the code imports it.
+
+
+class Tier(StrEnum):
+    """The relevance level of a lookup result."""
+
+    PRECISE = "PRECISE"
+    HIGHLY_RELEVANT = "HIGHLY_RELEVANT"
+    REFERENCE = "REFERENCE"
+    DEDUPED = "DEDUPED"
+    NO_MATCH = "NO_MATCH"
+
+
+class WaterLevel(StrEnum):
+    """How much of its retrieval budget a session has used."""
+
+    LOW = "LOW"
+    MEDIUM = "MEDIUM"
+    HIGH = "HIGH"
+
+
+class NextCall(StrEnum):
+    """What the session may do next."""
+
+    ALLOW = "ALLOW"
+    TARGETED_ONLY = "TARGETED_ONLY"
+    STOP = "STOP"
+
+
 DedupReason = Literal["doc_retrieved", "domain_retrieved", "circuit_open", "missing_dimension_required"]
+# The dedup reasons that refuse a call outright (no retrieval ran), as stats and traces count them.
+BLOCKING_REASONS: tuple[DedupReason, ...] = ("circuit_open",)
 SessionScope = Literal["explicit", "mcp-session", "connection", "none"]
 
 
@@ -33,10 +64,10 @@ class AlreadyInContext(BaseModel):
 
 class Budget(BaseModel):
     calls_used: int = Field(description="lookup_knowledge calls this session has made, this one included.")
-    water_level: Literal["LOW", "MEDIUM", "HIGH"] | None = Field(
+    water_level: WaterLevel | None = Field(
         description="How much of its retrieval budget the session has used; null without session memory."
     )
-    next_call: Literal["ALLOW", "TARGETED_ONLY", "STOP"] | None = Field(
+    next_call: NextCall | None = Field(
         description="ALLOW: another lookup on a new topic is fine. TARGETED_ONLY: only with "
         "missing_dimension. STOP: lookup_knowledge is closed for this session; answer now."
     )
@@ -45,7 +76,7 @@ class Budget(BaseModel):
 
 class LookupResult(BaseModel):
     found: bool = Field(description="Whether new content is returned.")
-    relevance_level: RelevanceLevel
+    relevance_level: Tier
     completeness_hint: str = Field(description="Whether looking further can help.")
     primary: DocumentContent | None = None
     supplement: list[DocumentContent] = Field(default_factory=list)
@@ -95,7 +126,7 @@ class RetrievalDetails(BaseModel):
     """What the invocation log keeps about one lookup (raw scores stay here, never in the result)."""
 
     blocked: bool = Field(description="Refused by governance without running retrieval.")
-    relevance_level: RelevanceLevel
+    relevance_level: Tier
     dedup_reason: DedupReason | None = None
     completeness_hint: str = ""
     embedder: str

@@ -7,20 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from enum import StrEnum
 
 from pydantic import BaseModel, Field, model_validator
 
+from retrieval.models import Tier
 from storage.text import Language
-
-
-class Tier(StrEnum):
-    PRECISE = "PRECISE"
-    HIGHLY_RELEVANT = "HIGHLY_RELEVANT"
-    REFERENCE = "REFERENCE"
-    DEDUPED = "DEDUPED"
-    NO_MATCH = "NO_MATCH"
-
 
 FEATURES = (
     "similarity",

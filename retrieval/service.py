@@ -12,23 +12,24 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from retrieval.answer import Graded, Plan, grade_evidence, plan_answer, render_result
 from retrieval.engine import KnowledgeEngine, KnowledgeView
-from retrieval.governance import Decision, GovernanceConfig, NextCall, Usage, WaterLevel, decide, water_level
+from retrieval.governance import Decision, Usage, decide, water_level
 from retrieval.models import (
     AlreadyInContext,
     DocumentContent,
     LookupResult,
+    NextCall,
     ReadResult,
     RetrievalDetails,
     SessionScope,
+    WaterLevel,
 )
 from retrieval.passages import Passage, section, whole_document
-from retrieval.relevance import Language, TierModel
+from retrieval.requests import LookupRequest, Policy
 from retrieval.tracker import ActionMemory, Delivery, MemorySnapshot
-from storage.text import CJK, detect_language
+from storage.text import CJK, Language, detect_language
 
 
 def estimate_tokens(text: str) -> int:
@@ -43,31 +44,6 @@ class UnknownDomainError(ValueError):
 
 class UnknownDocumentError(ValueError):
     """The doc_key or section names nothing in the knowledge base."""
-
-
-@dataclass(frozen=True)
-class LookupRequest:
-    query: str
-    domain: str | None = None
-    top_k: int = 3
-    missing_dimension: str | None = None
-
-    @property
-    def targeted(self) -> bool:
-        return bool((self.missing_dimension or "").strip())
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The hot-reloadable part of the configuration, read fresh for every call."""
-
-    tier_model: TierModel
-    governance: GovernanceConfig
-    hint_language: str = "auto"
-    primary_max_chars: int = 4000
-    supplement_max_chars: int = 1200
-    content: Literal["passage", "document"] = "passage"
-    supplements: Literal["graded", "top_k"] = "graded"
 
 
 @dataclass

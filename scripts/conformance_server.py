@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 import uvicorn
 
-from server.app import create_server
-from server.serve import build_http_app
-from server.settings import load_settings
+from server.protocol.http_app import build_http_app
+from server.config.settings import load_settings
+from server.protocol.app import app_resources, create_server
 
 
 def add_suite_fixtures(mcp: Any) -> None:
@@ -51,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     settings = load_settings(None, data_dir=args.data_dir, http={"host": "127.0.0.1", "port": args.port})
-    mcp = create_server(settings, overrides={"data_dir": args.data_dir})
+    resources = app_resources(settings, overrides={"data_dir": args.data_dir})
+    mcp = create_server(resources)
     add_suite_fixtures(mcp)
-    app = build_http_app(mcp, settings, transport="streamable-http")
+    app = build_http_app(mcp, resources, settings, transport="streamable-http")
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
     anyio.run(uvicorn.Server(config).serve)
     return 0

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from retrieval.ingest import IngestError, IngestReport
-from server.runtime import Runtime, catalog_path
+from server.stack import Runtime, catalog_path
 from storage.catalog import Catalog
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from storage.schema import SchemaVersionError, current_version, latest_version
 
 LOOKUP = "lookup_knowledge"
 # Refusals that skip retrieval altogether (a closed session).
-BLOCKING_REASONS = ("circuit_open",)
 # Top similarities are counted in buckets this wide; the summary merges them for display.
 SIMILARITY_BUCKET = 0.005
 
@@ -111,56 +110,62 @@ def read_log_stats(path: Path, *, since: float | None = None, session_key: str |
         version = current_version(conn)
         if version == 0:
             return LogStats(path=str(path), schema_version=0)
-        w = _Window(since, session_key)
-        lookup = f"tool_name = '{LOOKUP}'"
-
-        def grouped(column: str, *extra: str) -> dict[Any, int]:
-            sql = f"SELECT {column}, COUNT(*) FROM tool_invocation{w.where(*extra)} GROUP BY 1"
-            return {key: count for key, count in conn.execute(sql, w.params)}
-
-        def scalar(sql: str, params: list[Any] | None = None) -> Any:
-            return conn.execute(sql, w.params if params is None else params).fetchone()[0]
-
-        calls_by_tool = grouped("tool_name")
-        per_session = conn.execute(
-            f"SELECT COUNT(*), SUM(tool_name = '{LOOKUP}') FROM tool_invocation"
-            f"{w.where('session_key IS NOT NULL')} GROUP BY session_key",
-            w.params,
-        ).fetchall()
-        sim = "json_extract(retrieval_details, '$.l1_top_similarity')"
-        latest = conn.execute(
-            "SELECT json_extract(retrieval_details, '$.embedder'), json_extract(retrieval_details, '$.thresholds')"
-            f" FROM tool_invocation{w.where(lookup, 'retrieval_details IS NOT NULL')} ORDER BY id DESC LIMIT 1",
-            w.params,
-        ).fetchone()
-        gap_where = " WHERE last_ts >= ?" if since is not None else ""
-        return LogStats(
-            path=str(path),
-            schema_version=version,
-            calls_by_tool=calls_by_tool,
-            relevance_levels=grouped("relevance_level", lookup),
-            dedup_reasons=grouped("dedup_reason", lookup),
-            # The epsilon keeps 0.89 * 200 = 177.99999... in bucket 178.
-            similarity_buckets=grouped(
-                f"CAST({sim} / {SIMILARITY_BUCKET} + 1e-9 AS INTEGER)", lookup, f"{sim} IS NOT NULL"
-            ),
-            calls_per_session=sorted(int(calls) for calls, _ in per_session),
-            lookups_per_session=sorted(int(lookups) for _, lookups in per_session if lookups),
-            redundant_lookups=scalar(
-                f"SELECT COUNT(*) FROM tool_invocation"
-                f"{w.where(lookup, 'error IS NULL', 'json_array_length(result_doc_keys) = 0')}"
-            ),
-            errors=scalar(f"SELECT COUNT(*) FROM tool_invocation{w.where('error IS NOT NULL')}"),
-            latency_ms=_latencies(conn, w, sorted(calls_by_tool)),
-            first_ts=scalar(f"SELECT MIN(ts) FROM tool_invocation{w.where()}"),
-            last_ts=scalar(f"SELECT MAX(ts) FROM tool_invocation{w.where()}"),
-            embedder=latest[0] if latest else None,
-            thresholds=json.loads(latest[1]) if latest and latest[1] else None,
-            missed_rows=int(
-                scalar(f"SELECT COALESCE(SUM(missed), 0) FROM log_gap{gap_where}", [since] if since else [])
-                if version >= 3
-                else 0
-            ),
-        )
+        return _aggregate(conn, path, version, since, session_key)
     finally:
         conn.close()
+
+
+def _aggregate(
+    conn: sqlite3.Connection, path: Path, version: int, since: float | None, session_key: str | None
+) -> LogStats:
+    w = _Window(since, session_key)
+    lookup = f"tool_name = '{LOOKUP}'"
+
+    def grouped(column: str, *extra: str) -> dict[Any, int]:
+        sql = f"SELECT {column}, COUNT(*) FROM tool_invocation{w.where(*extra)} GROUP BY 1"
+        return {key: count for key, count in conn.execute(sql, w.params)}
+
+    def scalar(sql: str, params: list[Any] | None = None) -> Any:
+        return conn.execute(sql, w.params if params is None else params).fetchone()[0]
+
+    calls_by_tool = grouped("tool_name")
+    per_session = conn.execute(
+        f"SELECT COUNT(*), SUM(tool_name = '{LOOKUP}') FROM tool_invocation"
+        f"{w.where('session_key IS NOT NULL')} GROUP BY session_key",
+        w.params,
+    ).fetchall()
+    sim = "json_extract(retrieval_details, '$.l1_top_similarity')"
+    latest = conn.execute(
+        "SELECT json_extract(retrieval_details, '$.embedder'), json_extract(retrieval_details, '$.thresholds')"
+        f" FROM tool_invocation{w.where(lookup, 'retrieval_details IS NOT NULL')} ORDER BY id DESC LIMIT 1",
+        w.params,
+    ).fetchone()
+    gap_where = " WHERE last_ts >= ?" if since is not None else ""
+    return LogStats(
+        path=str(path),
+        schema_version=version,
+        calls_by_tool=calls_by_tool,
+        relevance_levels=grouped("relevance_level", lookup),
+        dedup_reasons=grouped("dedup_reason", lookup),
+        # The epsilon keeps 0.89 * 200 = 177.99999... in bucket 178.
+        similarity_buckets=grouped(
+            f"CAST({sim} / {SIMILARITY_BUCKET} + 1e-9 AS INTEGER)", lookup, f"{sim} IS NOT NULL"
+        ),
+        calls_per_session=sorted(int(calls) for calls, _ in per_session),
+        lookups_per_session=sorted(int(lookups) for _, lookups in per_session if lookups),
+        redundant_lookups=scalar(
+            f"SELECT COUNT(*) FROM tool_invocation"
+            f"{w.where(lookup, 'error IS NULL', 'json_array_length(result_doc_keys) = 0')}"
+        ),
+        errors=scalar(f"SELECT COUNT(*) FROM tool_invocation{w.where('error IS NOT NULL')}"),
+        latency_ms=_latencies(conn, w, sorted(calls_by_tool)),
+        first_ts=scalar(f"SELECT MIN(ts) FROM tool_invocation{w.where()}"),
+        last_ts=scalar(f"SELECT MAX(ts) FROM tool_invocation{w.where()}"),
+        embedder=latest[0] if latest else None,
+        thresholds=json.loads(latest[1]) if latest and latest[1] else None,
+        missed_rows=int(
+            scalar(f"SELECT COALESCE(SUM(missed), 0) FROM log_gap{gap_where}", [since] if since else [])
+            if version >= 3
+            else 0
+        ),
+    )

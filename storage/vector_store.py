@@ -209,7 +209,7 @@ def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
     if is_lite_uri(uri):
         # A Lite directory is locked by one process; lite_share serves it to the others.
         try:
-            return lite_share.connect(uri, timeout_s)  # type: ignore[return-value]
+            return lite_share.connect(uri, timeout_s)
         except lite_share.LiteShareError as exc:
             raise StoreError(str(exc)) from exc
         except Exception as exc:  # pymilvus raises many types; all mean "cannot use this URI"

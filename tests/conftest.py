@@ -93,8 +93,8 @@ def sample_template(
     tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any, milvus_server_uri: str | None
 ) -> Path:
     """A data directory holding the ingested sample knowledge base (do not modify: copy it)."""
-    from server.runtime import open_runtime
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.stack import open_runtime
 
     data_dir = tmp_path_factory.mktemp("sample-template")
     settings = load_settings(None, data_dir=data_dir, milvus=_template_milvus(milvus_server_uri))
@@ -143,7 +143,7 @@ def data_dir(
 @pytest.fixture
 def make_settings(data_dir: Path) -> Callable[..., Any]:
     """Settings over this test's data directory, with optional overrides."""
-    from server.settings import load_settings
+    from server.config.settings import load_settings
 
     def make(config_path: Path | None = None, **overrides: Any) -> Any:
         return load_settings(config_path, **{"data_dir": data_dir, **overrides})
@@ -152,20 +152,31 @@ def make_settings(data_dir: Path) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def make_server(make_settings: Callable[..., Any], e5_embedder: Any) -> Callable[..., Any]:
-    """An MCPServer over this test's data directory, sharing the session's loaded model."""
-    from server.app import create_server
+def make_resources(make_settings: Callable[..., Any], e5_embedder: Any) -> Callable[..., Any]:
+    """A server's resources over this test's data directory, sharing the session's loaded model."""
+    from server.protocol.app import app_resources
 
     def make(config_path: Path | None = None, **kwargs: Any) -> Any:
         overrides = kwargs.pop("overrides", {})
         settings = make_settings(config_path, **overrides)
-        return create_server(
+        return app_resources(
             settings,
             config_path=config_path,
             overrides={"data_dir": settings.data_dir, **overrides},
             embedder=kwargs.pop("embedder", e5_embedder),
             **kwargs,
         )
+
+    return make
+
+
+@pytest.fixture
+def make_server(make_resources: Callable[..., Any]) -> Callable[..., Any]:
+    """An MCPServer over this test's data directory (make_resources' arguments)."""
+    from server.protocol.app import create_server
+
+    def make(config_path: Path | None = None, **kwargs: Any) -> Any:
+        return create_server(make_resources(config_path, **kwargs))
 
     return make
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.milvus_target import target_env
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "server.cli"]
+CLI = [sys.executable, "-m", "server"]
 
 
 def free_port() -> int:

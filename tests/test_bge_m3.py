@@ -16,9 +16,9 @@ from retrieval.engine import Evidence, interleave
 from retrieval.ranking import rank
 from retrieval.reranker import RerankerError, create_reranker
 from retrieval.sparse import lexical_match
-from server.app import create_server
-from server.runtime import chunking_rule, open_runtime
-from server.settings import Settings, load_settings
+from server.config.settings import Settings, load_settings
+from server.protocol.app import app_resources, create_server
+from server.stack import chunking_rule, open_runtime
 from storage.documents import chunk_context, discover, load_document
 from storage.vector_store import LAYOUT
 from tests.bge_tiny import HIDDEN, build_tiny_bge_m3, build_tiny_reranker
@@ -72,7 +72,7 @@ async def test_ingest_and_lookup_through_the_server_with_bge_m3(tiny_model: Path
     finally:
         runtime.close()
     assert settings.tier_model == settings.relevance.models["bge-m3"]
-    async with Client(create_server(settings), mode="legacy") as client:
+    async with Client(create_server(app_resources(settings)), mode="legacy") as client:
         result = await client.call_tool("lookup_knowledge", {"query": "ERR_TIMEOUT 是什么"})
     assert not result.is_error, result.content
     assert result.structured_content["relevance_level"] == "PRECISE"
@@ -271,7 +271,7 @@ async def test_bad_reranker_path_is_a_clear_error(tiny_model: Path, tmp_path: Pa
     with pytest.raises(EmbedderError, match="cannot load reranker model from"):
         open_runtime(settings)
     with anyio.fail_after(120):
-        async with Client(create_server(settings), mode="legacy") as client:
+        async with Client(create_server(app_resources(settings)), mode="legacy") as client:
             result = await client.call_tool("lookup_knowledge", {"query": _QUERY})
     assert result.is_error
     assert "cannot load reranker model from" in result.content[0].text
@@ -286,11 +286,12 @@ async def test_lookup_through_the_server_with_bge_m3_and_the_reranker(
         runtime.ingestor().run(_kb(tmp_path))
     finally:
         runtime.close()
-    server = create_server(settings)
+    resources = app_resources(settings)
+    server = create_server(resources)
     with anyio.fail_after(120):
         async with Client(server, mode="legacy") as client:
             result = await client.call_tool("lookup_knowledge", {"query": _QUERY, "top_k": 4})
-            engine = server.resources_state.runtime.engine  # type: ignore[attr-defined]
+            engine = (await resources.lookup_service()).engine
             evidence = engine.cached_evidence(_QUERY, None)
     assert not result.is_error, result.content
     assert evidence is not None and evidence.sparse and evidence.rerank

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from server.cli import main
-from server.settings import load_settings
+from server.cli.main import main
+from server.config.settings import load_settings
 from tests.conftest import SAMPLE_KB
 from tests.helpers import CLI, ROOT, cli_env
 

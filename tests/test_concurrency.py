@@ -111,7 +111,7 @@ async def test_parallel_calls_of_different_sessions_stay_independent(make_server
 @pytest.mark.slow
 async def test_parallel_calls_over_stdio_are_ordered(server_env: dict[str, str], data_dir: Path) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+        command=sys.executable, args=["-m", "server", "serve"], env=server_env, cwd=str(ROOT)
     )
     with anyio.fail_after(240):
         async with Client(params, mode="legacy") as client:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from server.settings import ENV_PREFIX, Settings, load_settings
+from server.config.settings import ENV_PREFIX, Settings, load_settings
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from server.cli import main
-from server.replay import (
+from server.cli.main import main
+from server.cli.replay import (
     CallRecord,
     Counts,
     ReplayError,
@@ -21,7 +21,7 @@ from server.replay import (
     read_trace,
     replay,
 )
-from server.settings import load_settings
+from server.config.settings import load_settings
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 ISS003 = TRACES / "iss003-bouncing.jsonl"
@@ -202,7 +202,7 @@ def test_eval_command_exits_2_for_a_missing_trace(tmp_path: Path, capsys: pytest
 def test_eval_command_prints_governed_and_baseline_side_by_side(
     eval_data_dir: Path, e5_embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("server.eval_command.load_embedder", lambda settings: e5_embedder)
+    monkeypatch.setattr("server.cli.eval.load_embedder", lambda settings: e5_embedder)
     code = main(["eval", str(ISS003), "--baseline", "--data-dir", str(eval_data_dir)])
     out = capsys.readouterr().out
     assert code == 0

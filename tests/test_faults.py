@@ -70,8 +70,8 @@ def _catalog_progress(data_dir: Path) -> tuple[int, int]:
 def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_duplicates(
     tmp_path: Path, e5_embedder: Any
 ) -> None:
-    from server.runtime import chunking_rule, open_runtime
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.stack import chunking_rule, open_runtime
     from storage.documents import discover, load_document
 
     total = 60

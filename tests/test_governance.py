@@ -10,15 +10,13 @@ from pydantic import ValidationError
 from retrieval.governance import (
     GovernanceConfig,
     LevelBounds,
-    NextCall,
     Usage,
-    WaterLevel,
     decide,
     guidance_text,
     water_level,
 )
-from retrieval.relevance import Tier
-from server.settings import ConfigError, load_settings
+from retrieval.models import NextCall, Tier, WaterLevel
+from server.config.settings import ConfigError, load_settings
 
 ALLOW, TARGETED, STOP = NextCall.ALLOW, NextCall.TARGETED_ONLY, NextCall.STOP
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from mcp import Client
 
-from server.settings import Settings
+from server.config.settings import Settings
 from storage.vector_store import ChunkHit, MilvusVectorStore, collection_name
 
 # Queries over the sample knowledge base.

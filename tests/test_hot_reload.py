@@ -10,9 +10,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from server.cli import main
-from server.config_watch import SettingsHolder
-from server.settings import load_settings
+from server.cli.main import main
+from server.config.reload import SettingsHolder
+from server.config.settings import load_settings
+from server.protocol.app import create_server
 
 # No keyword, title or identifier matches it, so its tier comes from similarity alone.
 QUERY = "如何排查生产故障？"
@@ -40,18 +41,19 @@ async def lookup(client: Client, query: str, session: str, **args: Any) -> dict[
 
 
 async def test_editing_the_tier_model_changes_the_tier_of_the_next_lookup(
-    tmp_path: Path, make_server: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, make_resources: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = tmp_path / "config.yaml"
     write_config(config, top_right=0.4)
-    server = make_server(config)
-    holder: SettingsHolder = server.resources_state.holder
+    resources = make_resources(config)
+    server = create_server(resources)
+    holder: SettingsHolder = resources.holder
     async with Client(server) as client:
         before = await lookup(client, QUERY, "before")
         write_config(config, top_right=0.6)
         assert holder.check() is True
         after = await lookup(client, QUERY, "after")
-        with caplog.at_level(logging.ERROR, logger="server.config_watch"):
+        with caplog.at_level(logging.ERROR, logger="server.config.reload"):
             write_config(config, top_right=2.0)
             assert holder.check() is False
         kept = await lookup(client, QUERY, "kept")
@@ -111,7 +113,7 @@ def test_a_restart_only_key_keeps_its_running_value_and_warns(
     config = tmp_path / "config.yaml"
     config.write_text("chunking:\n  max_chars: 1200\n", encoding="utf-8")
     holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
-    with caplog.at_level(logging.WARNING, logger="server.config_watch"):
+    with caplog.at_level(logging.WARNING, logger="server.config.reload"):
         config.write_text(
             "chunking:\n  max_chars: 800\ngovernance:\n  domain_policy: hard\n", encoding="utf-8"
         )
@@ -122,15 +124,16 @@ def test_a_restart_only_key_keeps_its_running_value_and_warns(
 
 
 async def test_editing_domain_policy_applies_to_the_next_lookup_of_a_running_session(
-    tmp_path: Path, make_server: Any
+    tmp_path: Path, make_resources: Any
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")
-    server = make_server(config)
+    resources = make_resources(config)
+    server = create_server(resources)
     async with Client(server) as client:
         await lookup(client, "数据库连接池怎么配置", "s")
         config.write_text("governance:\n  domain_policy: hard\n", encoding="utf-8")
-        assert server.resources_state.holder.check() is True
+        assert resources.holder.check() is True
         same_domain = await lookup(client, "消息队列基础", "s")
     assert same_domain["dedup_reason"] == "domain_retrieved"
 

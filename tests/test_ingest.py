@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.runtime import Runtime, open_runtime
-from server.settings import load_settings
+from server.config.settings import load_settings
+from server.stack import Runtime, open_runtime
 from storage.vector_store import MilvusVectorStore, StoreError
 from tests.helpers import CLI, ROOT, cli_env
 

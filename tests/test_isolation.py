@@ -19,8 +19,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from server.session import SessionKeyError, resolve_session
-from server.settings import token_digest
+from server.config.settings import token_digest
+from server.protocol.session import SessionKeyError, resolve_session
 from tests.wire import INITIALIZE, RawSession, Served, post, private_data_dir, served_http, server_env
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"

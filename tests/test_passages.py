@@ -110,7 +110,7 @@ async def test_the_document_resource_works_over_stdio_and_http(server_env: dict[
 
     uri = f"knowledge://doc/{HANDBOOK}?section=Part%209"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+        command=sys.executable, args=["-m", "server", "serve"], env=server_env, cwd=str(ROOT)
     )
     with anyio.fail_after(120):
         async with Client(params, mode="legacy") as client:

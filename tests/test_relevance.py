@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from retrieval.logistic import fit_logistic
-from retrieval.relevance import Logistic, Tier, TierModel, completeness_hint, grade
+from retrieval.models import Tier
+from retrieval.relevance import Logistic, TierModel, completeness_hint, grade
 from storage.text import detect_language
 
 MODEL = TierModel(

@@ -107,7 +107,7 @@ def test_state_is_private_and_an_empty_knowledge_base_is_an_error_naming_the_fix
     text = result["content"][0]["text"]
     assert EMPTY_KB in text and str(data_dir) in text
     assert f"lookup-knowledge-mcp ingest <dir> --data-dir {data_dir}" in text
-    warning = f"WARNING server.resources: {EMPTY_KB}"
+    warning = f"WARNING server.protocol.lifespan: {EMPTY_KB}"
     assert (tmp_path / "stderr").read_text().count(warning) == 1  # said once at start-up
 
     # finding 5: the data directory is 0700 and nothing in it is readable by group or others.
@@ -128,11 +128,11 @@ def test_state_is_private_and_an_empty_knowledge_base_is_an_error_naming_the_fix
 async def test_every_tool_and_the_map_say_the_knowledge_base_is_empty(
     tmp_path: Path, e5_embedder: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from server.app import create_server
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.protocol.app import app_resources, create_server
 
     data_dir = tmp_path / "empty"
-    server = create_server(load_settings(None, data_dir=data_dir), embedder=e5_embedder)
+    server = create_server(app_resources(load_settings(None, data_dir=data_dir), embedder=e5_embedder))
     caplog.set_level(logging.WARNING)
     with anyio.fail_after(120):
         async with Client(server, mode="legacy") as client:

@@ -16,10 +16,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from retrieval.stats import similarity_bins, summarize
-from server.commands import CommandError
-from server.settings import load_settings
-from server.stats_command import StatsArgumentError, parse_since, run_stats
+from server.cli.errors import CommandError
+from server.cli.stats import StatsArgumentError, cmd_stats, parse_since
+from server.config.settings import load_settings
+from server.log_summary import similarity_bins, summarize
+from server.protocol.app import create_server
 from storage.invocation_log import InvocationLog
 from storage.stats_queries import read_log_stats
 from tests.helpers import CLI, ROOT, cli_env, http_server
@@ -45,8 +46,8 @@ def documented_queries() -> list[str]:
     return queries
 
 
-def log_of(server: Any) -> InvocationLog:
-    log = server.resources_state.log
+def log_of(resources: Any) -> InvocationLog:
+    log = resources.log
     assert log is not None
     return log
 
@@ -61,15 +62,16 @@ async def call(client: Client, tool: str, args: dict[str, Any] | None = None, **
 
 
 # -- through the MCP server ------------------------------------------------------------------
-async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details(make_server: Any) -> None:
-    server = make_server()
+async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details(make_resources: Any) -> None:
+    resources = make_resources()
+    server = create_server(resources)
     async with Client(server, mode="legacy") as client:
         first = await call(client, "lookup_knowledge", {"query": PRECISE_QUERY})
         again = await call(client, "lookup_knowledge", {"query": PRECISE_QUERY, "domain": "error-codes"})
         await call(client, "list_knowledge_domains")
         failed = await call(client, "lookup_knowledge", {"query": PRECISE_QUERY, "domain": "cooking"})
         await call(client, "reset_session")
-        path = log_of(server).path
+        path = log_of(resources).path
     assert first.structured_content["relevance_level"] == "PRECISE" and failed.is_error
 
     logged = rows(path)
@@ -91,7 +93,7 @@ async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details
     assert set(details) >= ROW_FIELDS
     assert details["l0_match_count"] == 1 and details["embedder"] == "e5-small"
     assert details["l1_top_similarity"] is not None and len(details["l1_scores"]) >= 1
-    model = server.resources_state.settings.tier_model
+    model = resources.settings.tier_model
     assert details["thresholds"] == {
         "on_topic": model.on_topic.threshold,
         "top_right": model.top_right.threshold,
@@ -106,15 +108,18 @@ async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details
     assert reset["error"] is None and all(r["latency_ms"] > 0 for r in logged)
 
 
-async def test_the_three_documented_queries_return_the_distributions_of_the_calls(make_server: Any) -> None:
+async def test_the_three_documented_queries_return_the_distributions_of_the_calls(
+    make_resources: Any,
+) -> None:
     queries = [PRECISE_QUERY, PRECISE_QUERY, "数据库连接池怎么配置", "HikariCP 连接池参数", "如何烤蛋糕"]
-    server = make_server(overrides={"governance": {"enabled": False}})
+    resources = make_resources(overrides={"governance": {"enabled": False}})
+    server = create_server(resources)
     answers = []
     async with Client(server, mode="legacy") as client:
         for query in queries:
             answers.append((await call(client, "lookup_knowledge", {"query": query})).structured_content)
         await call(client, "list_knowledge_domains")
-        path = log_of(server).path
+        path = log_of(resources).path
     levels, reasons, similarity = documented_queries()
 
     conn = sqlite3.connect(path)
@@ -130,11 +135,12 @@ async def test_the_three_documented_queries_return_the_distributions_of_the_call
     assert [s for s, _ in by_similarity] == sorted(expected, key=lambda s: (s is not None, s))
 
 
-async def test_lookups_answer_while_the_log_is_locked_and_the_failure_is_counted(make_server: Any) -> None:
-    server = make_server()
+async def test_lookups_answer_while_the_log_is_locked_and_the_failure_is_counted(make_resources: Any) -> None:
+    resources = make_resources()
+    server = create_server(resources)
     async with Client(server, mode="legacy") as client:
         await call(client, "lookup_knowledge", {"query": PRECISE_QUERY})
-        log = log_of(server)
+        log = log_of(resources)
         blocker = sqlite3.connect(log.path, isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
         try:
@@ -153,11 +159,14 @@ async def test_lookups_answer_while_the_log_is_locked_and_the_failure_is_counted
     assert [r["call_index"] for r in rows(log.path)] == [1, 3]
 
 
-async def test_lookups_answer_after_the_log_file_is_deleted_and_land_in_a_new_file(make_server: Any) -> None:
-    server = make_server()
+async def test_lookups_answer_after_the_log_file_is_deleted_and_land_in_a_new_file(
+    make_resources: Any,
+) -> None:
+    resources = make_resources()
+    server = create_server(resources)
     async with Client(server, mode="legacy") as client:
         await call(client, "lookup_knowledge", {"query": PRECISE_QUERY})
-        log = log_of(server)
+        log = log_of(resources)
         log.path.unlink()
         answered = await call(client, "lookup_knowledge", {"query": "数据库连接池怎么配置"})
         assert not answered.is_error and log.reopens == 1 and log.failures == 0
@@ -165,8 +174,9 @@ async def test_lookups_answer_after_the_log_file_is_deleted_and_land_in_a_new_fi
 
 
 @pytest.mark.slow
-async def test_row_count_equals_call_count_across_three_concurrent_sessions(make_server: Any) -> None:
-    server = make_server(overrides={"governance": {"enabled": False}})
+async def test_row_count_equals_call_count_across_three_concurrent_sessions(make_resources: Any) -> None:
+    resources = make_resources(overrides={"governance": {"enabled": False}})
+    server = create_server(resources)
     queries = [PRECISE_QUERY, "数据库连接池怎么配置", "HikariCP 连接池参数", "如何烤蛋糕", "部署流程"]
 
     async def one_session(client: Client) -> int:
@@ -183,7 +193,7 @@ async def test_row_count_equals_call_count_across_three_concurrent_sessions(make
     ):
         with anyio.fail_after(180):
             made = await asyncio.gather(one_session(a), one_session(b), one_session(c))
-        path = log_of(server).path
+        path = log_of(resources).path
     logged = rows(path)
     assert len(logged) == sum(made) == 21
     per_session = Counter(r["session_key"] for r in logged)
@@ -206,7 +216,7 @@ async def test_knowledge_stats_serves_the_summary_that_stats_json_prints(
         await call(client, "lookup_knowledge", {"query": PRECISE_QUERY})
         resource = json.loads((await client.read_resource("knowledge://stats")).contents[0].text)
 
-    assert run_stats(stats_args(json=True), make_settings()) == 0
+    assert cmd_stats(stats_args(json=True), make_settings()) == 0
     printed = json.loads(capsys.readouterr().out)
     writer = {k: resource["log"].pop(k) for k in ("enabled", "write_failures", "reopens", "last_error")}
     assert writer == {"enabled": True, "write_failures": 0, "reopens": 0, "last_error": None}
@@ -308,7 +318,7 @@ def test_stats_command_prints_bars_and_writes_a_png(
 ) -> None:
     settings = load_settings(None, data_dir=crafted_log.parent)
     png = crafted_log.parent / "chart" / "stats.png"
-    assert run_stats(stats_args(png=png), settings) == 0
+    assert cmd_stats(stats_args(png=png), settings) == 0
     text = capsys.readouterr().out
     assert "Redundant-call rate: 40.0% (2 of 5 lookups" in text
     assert "Blocked calls: 1 (circuit_open 1)" in text
@@ -321,7 +331,7 @@ def test_stats_rejects_an_unreadable_since_naming_the_value(tmp_path: Path) -> N
     with pytest.raises(
         CommandError, match=r"^--since must be a duration like 24h, 30m, 7d or an ISO date, got 'soon'"
     ):
-        run_stats(stats_args(since="soon"), settings)
+        cmd_stats(stats_args(since="soon"), settings)
 
 
 # -- pure pieces -----------------------------------------------------------------------------

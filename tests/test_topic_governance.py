@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from server.protocol.app import create_server
 from server.rendering import TERSE_LIMIT
 
 TIMEOUT_DOC = "error-codes/err-timeout.md"
@@ -59,14 +60,15 @@ async def test_a_repeat_after_reference_is_deduped_and_names_the_document_held(m
     assert second["already_in_context"][0]["sections"] == first["primary"]["sections"]
 
 
-async def test_high_water_closes_the_session_and_skips_retrieval(make_server: Any) -> None:
+async def test_high_water_closes_the_session_and_skips_retrieval(make_resources: Any) -> None:
     tight = {"governance": {"water_metric": "calls", "levels": {"calls": {"low_max": 1, "medium_max": 2}}}}
-    server = make_server(overrides=tight)
+    resources = make_resources(overrides=tight)
+    server = create_server(resources)
     async with Client(server) as client:
         await call(client, "ERR_TIMEOUT 是什么")
         await call(client, "数据库连接池怎么配置")
         closing, _ = await call(client, "how do partners rotate API keys")
-        engine = (await server.resources_state.lookup_service()).engine  # type: ignore[attr-defined]
+        engine = (await resources.lookup_service()).engine
         searches = engine.searches
         refused, _ = await call(client, "webhook 签名怎么校验")
         assert engine.searches == searches

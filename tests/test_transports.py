@@ -49,7 +49,7 @@ async def _session_pair(client_a: Client, client_b: Client) -> None:
 
 async def test_stdio_subprocess_dedups_within_its_one_client(server_env: dict[str, str]) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+        command=sys.executable, args=["-m", "server", "serve"], env=server_env, cwd=str(ROOT)
     )
     with anyio.fail_after(120):
         async with Client(params, mode="legacy") as client:
@@ -66,7 +66,7 @@ async def test_stdio_on_the_sessionless_protocol_still_has_connection_memory(
     server_env: dict[str, str],
 ) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "server.cli", "serve"], env=server_env, cwd=str(ROOT)
+        command=sys.executable, args=["-m", "server", "serve"], env=server_env, cwd=str(ROOT)
     )
     with anyio.fail_after(120):
         async with Client(params) as client:
@@ -132,7 +132,7 @@ def test_server_subprocess_writes_nothing_but_protocol_to_stdout(
     ]
     stdin = "".join(json.dumps(r) + "\n" for r in requests)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve"],
+        [sys.executable, "-m", "server", "serve"],
         env=server_env,
         cwd=ROOT,
         stdin=subprocess.PIPE,

@@ -49,11 +49,11 @@ def blocking_client(data_dir: Path, embedder: Any) -> Iterator[tuple[Any, Any]]:
     from anyio.from_thread import start_blocking_portal
     from mcp import Client
 
-    from server.app import create_server
-    from server.settings import load_settings
+    from server.config.settings import load_settings
+    from server.protocol.app import app_resources, create_server
 
     settings = load_settings(None, data_dir=data_dir)
-    server = create_server(settings, overrides={"data_dir": data_dir}, embedder=embedder)
+    server = create_server(app_resources(settings, overrides={"data_dir": data_dir}, embedder=embedder))
     with (
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(Client(server, mode="legacy")) as client,

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from storage.stats_queries import BLOCKING_REASONS, LOOKUP, SIMILARITY_BUCKET, LogStats
+from retrieval.models import BLOCKING_REASONS, Tier
+from storage.stats_queries import LOOKUP, SIMILARITY_BUCKET, LogStats
 
 # Display widths for the top-similarity histogram, finest first; the first that fits wins.
 _BIN_WIDTHS = (0.005, 0.01, 0.02, 0.05, 0.1)
 MAX_BINS = 24
 NONE_KEY = "none"
-_LEVEL_ORDER = ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE", "DEDUPED", "NO_MATCH")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def summarize(raw: LogStats, *, since: float | None = None, session_key: str | N
         },
         "calls": {"total": sum(raw.calls_by_tool.values()), "by_tool": _keyed(raw.calls_by_tool)},
         "lookups": lookups,
-        "relevance_levels": _keyed(raw.relevance_levels, _LEVEL_ORDER),
+        "relevance_levels": _keyed(raw.relevance_levels, tuple(Tier)),
         "dedup_reasons": _keyed(raw.dedup_reasons, (NONE_KEY,)),
         "top_similarity": {
             "count": sum(raw.similarity_buckets.values()),

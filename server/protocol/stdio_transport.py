@@ -21,6 +21,8 @@ from mcp_types import ErrorData, JSONRPCError
 from mcp_types.jsonrpc import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
+from server.protocol.sdk import lowlevel_server
+
 logger = logging.getLogger(__name__)
 
 
@@ -85,7 +87,8 @@ class _AnsweringReceiveStream:
                 await self._write.send(SessionMessage(reply))
                 continue
             self.last_context = getattr(self._inner, "last_context", None)
-            return item  # type: ignore[no-any-return]
+            message: SessionMessage = item
+            return message
 
     def __aiter__(self) -> _AnsweringReceiveStream:
         return self
@@ -113,10 +116,10 @@ async def run_stdio(mcp: MCPServer[Any]) -> None:
     """Serve over the process's stdin/stdout, as ``MCPServer.run_stdio_async`` does, answering bad frames."""
     # MCPServer.run_stdio_async offers no hook on the read stream; this is its body, with
     # the read stream wrapped.
-    server = mcp._lowlevel_server
+    server = lowlevel_server(mcp)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(
-            _AnsweringReceiveStream(read_stream, write_stream),  # type: ignore[arg-type]
+            _AnsweringReceiveStream(read_stream, write_stream),
             write_stream,
             server.create_initialization_options(),
         )

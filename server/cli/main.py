@@ -11,10 +11,12 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from server.settings import ConfigError, Settings, config_path_from_env, load_settings
+from server.cli.errors import CommandError
+from server.config.settings import ConfigError, Settings, config_path_from_env, load_settings
 
 logger = logging.getLogger("lookup_knowledge")
 
@@ -33,6 +35,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    """The options every command takes."""
     parser.add_argument("--data-dir", type=Path, help="state directory (env LOOKUP_KNOWLEDGE_DATA_DIR)")
     parser.add_argument("--config", type=Path, help="YAML config file (env LOOKUP_KNOWLEDGE_CONFIG)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
@@ -44,22 +47,36 @@ def build_parser() -> argparse.ArgumentParser:
         description="MCP knowledge server: graded relevance tiers, per-session action memory, governance.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_ingest_args, _lookup_args, _map_args, _calibrate_args, _serve_args, _stats_args, _eval_args):
+        _common(add(sub))
+    return parser
 
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _ingest_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="ingest a directory of .md/.txt files (incremental, idempotent)")
     p.add_argument("directory", type=Path)
-    _common(p)
+    return p
 
+
+def _lookup_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("lookup", help="run one lookup and print the result model")
     p.add_argument("query")
     p.add_argument("--domain")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the JSON result")
-    _common(p)
+    return p
 
+
+def _map_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("map", help="print the knowledge map (domains, coverage, when to retrieve)")
     p.add_argument("--json", action="store_true")
-    _common(p)
+    return p
 
+
+def _calibrate_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "calibrate", help="fit the tier models on evaluation sets and report figures held out per set"
     )
@@ -68,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--write", action="store_true", help="write the model fitted on all sets into --config")
     p.add_argument("--json", action="store_true")
-    _common(p)
+    return p
 
+
+def _serve_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the MCP server")
     p.add_argument("--transport", choices=["stdio", "sse", "streamable-http"], default="stdio")
     p.add_argument("--host", default=None, help="bind address for HTTP (default 127.0.0.1)")
@@ -85,23 +104,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--watch", type=Path, default=None, metavar="DIR", help="keep the index in sync with this folder"
     )
-    _common(p)
+    return p
 
+
+def _stats_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="summarise the invocation log")
     p.add_argument("--since", default=None, help="e.g. 24h, 7d, 30m")
     p.add_argument("--session", default=None)
     p.add_argument("--json", action="store_true")
     p.add_argument("--png", type=Path, default=None, help="also draw a chart to this PNG file")
-    _common(p)
+    return p
 
+
+def _eval_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="replay agent traces through the MCP server")
     p.add_argument(
         "trace", type=Path, help='JSONL lines {"session":..., "query":..., "missing_dimension"?:...}'
     )
     p.add_argument("--baseline", action="store_true", help="also run with governance and dedup off")
     p.add_argument("--json", action="store_true")
-    _common(p)
-    return parser
+    return p
 
 
 def _auth_token(args: argparse.Namespace) -> str | None:
@@ -159,19 +181,35 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from server import calibrate_command, commands
-
-    handler = getattr(commands, f"cmd_{args.command}", None) or getattr(
-        calibrate_command, f"cmd_{args.command}"
-    )
+    handler = _handler(args.command)
     try:
         result = handler(args, settings, config_path, overrides)
         return int(asyncio.run(result) if asyncio.iscoroutine(result) else result)
     except KeyboardInterrupt:
         return 130
-    except commands.CommandError as exc:
+    except CommandError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+Handler = Callable[[argparse.Namespace, Settings, "Path | None", dict[str, Any]], Any]
+
+
+def _handler(command: str) -> Handler:
+    # Imported here, not at the top: `--help` and a mistyped flag answer without loading the
+    # model stack, the SDK or pymilvus.
+    from server.cli import calibrate, commands, eval, serve, stats
+
+    handlers: dict[str, Handler] = {
+        "ingest": commands.cmd_ingest,
+        "lookup": commands.cmd_lookup,
+        "map": commands.cmd_map,
+        "calibrate": calibrate.cmd_calibrate,
+        "serve": serve.cmd_serve,
+        "stats": stats.cmd_stats,
+        "eval": eval.cmd_eval,
+    }
+    return handlers[command]
 
 
 if __name__ == "__main__":

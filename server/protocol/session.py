@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval.models import SessionScope
-from server.http_security import is_loopback
+from server.protocol.http_security import is_loopback
 
 EXPLICIT_HEADER = "x-session-id"
 META_KEY = "session_id"

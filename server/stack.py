@@ -8,16 +8,20 @@ slow (model load, Milvus start): the server runs it in a background thread so th
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
 from retrieval.engine import KnowledgeEngine
 from retrieval.ingest import Ingestor
+from retrieval.requests import Policy
 from retrieval.reranker import PassageReranker, create_reranker
-from retrieval.service import Policy
-from server.data_dir import prepare_data_dir
-from server.settings import Settings
+from retrieval.service import LookupService
+from retrieval.tracker import ActionMemory
+from server.config.data_dir import prepare_data_dir
+from server.config.settings import Settings
 from storage.catalog import Catalog
 from storage.documents import ChunkingRule
 from storage.vector_store import MilvusVectorStore, collection_name
@@ -115,4 +119,23 @@ def policy_from(settings: Settings) -> Policy:
         supplement_max_chars=settings.retrieval.supplement_max_chars,
         content=settings.retrieval.content,
         supplements=settings.retrieval.supplements,
+    )
+
+
+def action_memory(settings: Settings, **kwargs: Any) -> ActionMemory:
+    """Session memory bounded by the settings' TTL and session cap."""
+    return ActionMemory(
+        ttl_seconds=settings.memory.ttl_seconds, max_sessions=settings.memory.max_sessions, **kwargs
+    )
+
+
+def lookup_service(
+    runtime: Runtime, memory: ActionMemory | None = None, policy: Callable[[], Policy] | None = None
+) -> LookupService:
+    """The lookup service over an opened stack; the policy is read fresh for every call."""
+    settings = runtime.settings
+    return LookupService(
+        runtime.engine,
+        memory if memory is not None else action_memory(settings),
+        policy or (lambda: policy_from(settings)),
     )

@@ -36,10 +36,11 @@ from mcp_types import RequestParamsMeta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from retrieval.embedders import Embedder
+from retrieval.models import BLOCKING_REASONS
 from retrieval.service import estimate_tokens
-from server.app import create_server
-from server.settings import LogSettings, Settings
-from storage.stats_queries import BLOCKING_REASONS
+from server.config.settings import LogSettings, Settings
+from server.inputs import Domain, MissingDimension, Query, TopK
+from server.protocol.app import app_resources, create_server
 from storage.vector_store import MilvusVectorStore
 
 
@@ -57,10 +58,10 @@ class TraceStep(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     session: str = Field(min_length=1, max_length=200)
-    query: str = Field(min_length=1, max_length=2000)
-    missing_dimension: str | None = None
-    domain: str | None = None
-    top_k: int | None = Field(default=None, ge=1, le=10)
+    query: Query
+    missing_dimension: MissingDimension = None
+    domain: Domain = None
+    top_k: TopK | None = None
     topic: str | None = Field(default=None, max_length=200, description="The topic the call is about.")
     expect: list[str] | None = Field(
         default=None, description="The documents an ideal session receives for this call's topic."
@@ -219,8 +220,8 @@ async def replay(
     store: MilvusVectorStore | None = None,
 ) -> ReplayReport:
     """Run the trace through a fresh server and count what every session received."""
-    server = create_server(replay_settings(settings, baseline=baseline), embedder=embedder, store=store)
-    resources = server.resources_state  # type: ignore[attr-defined]
+    resources = app_resources(replay_settings(settings, baseline=baseline), embedder=embedder, store=store)
+    server = create_server(resources)
     seen: dict[str, set[str]] = {}
     records: list[CallRecord] = []
     problem: str | None = None

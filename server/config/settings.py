@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from retrieval.governance import GovernanceConfig
 from retrieval.relevance import Logistic, TierModel
+from retrieval.requests import TOP_K_MAX, TOP_K_MIN, ContentMode, HintLanguage, SupplementMode
 
 logger = logging.getLogger(__name__)
 
@@ -135,19 +136,21 @@ class RelevanceSettings(BaseModel):
         description="Per embedder: the logistic models that turn evidence features into tiers, and the "
         "cross-language offset. Written by the calibrate command.",
     )
-    hint_language: Literal["auto", "en", "zh"] = Field(
+    hint_language: HintLanguage = Field(
         default="auto", description="Language of hints and guidance; auto follows the query's script."
     )
 
 
 class RetrievalSettings(BaseModel):
-    default_top_k: int = Field(default=3, ge=1, le=10, description="top_k when the caller gives none.")
-    content: Literal["passage", "document"] = Field(
+    default_top_k: int = Field(
+        default=3, ge=TOP_K_MIN, le=TOP_K_MAX, description="top_k when the caller gives none."
+    )
+    content: ContentMode = Field(
         default="passage",
         description="passage: results carry the sections that matched and memory is kept per section; "
         "document: the predecessor's behaviour, the head of each document and memory per document.",
     )
-    supplements: Literal["graded", "top_k"] = Field(
+    supplements: SupplementMode = Field(
         default="graded",
         description="graded: supplements only as close to the primary as the tier warrants (none for "
         "PRECISE); top_k: always up to top_k documents, as a plain retriever returns them.",
@@ -292,6 +295,11 @@ class Settings(BaseSettings):
     def tier_model(self) -> TierModel:
         """The tier model of the configured embedder."""
         return self.relevance.models[self.embedder.name]
+
+    @property
+    def log_path(self) -> Path:
+        """The invocation log: read by ``stats`` and knowledge://stats, written by the server."""
+        return self.data_dir / "log.sqlite"
 
     @property
     def milvus_uri(self) -> str:

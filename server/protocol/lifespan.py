@@ -13,18 +13,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from retrieval.embedders import Embedder
-from retrieval.service import LookupOutcome, LookupService, ReadOutcome
-from retrieval.tracker import ActionMemory, Clock, SessionMemory
-from server.config_watch import SettingsHolder
-from server.data_dir import empty_knowledge_base_message, prepare_data_dir
-from server.runtime import Runtime, open_runtime, policy_from
-from server.settings import Settings
-from storage.invocation_log import InvocationLog, InvocationRecord
+from retrieval.requests import Policy
+from retrieval.service import LookupService
+from retrieval.tracker import Clock, SessionMemory
+from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
+from server.config.reload import SettingsHolder
+from server.config.settings import Settings
+from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
+from storage.invocation_log import InvocationLog
 from storage.vector_store import MilvusVectorStore
 
 logger = logging.getLogger(__name__)
@@ -51,12 +50,7 @@ class AppResources:
         self.stdio_key = stdio_key
         # False under stateless streamable HTTP, where no transport issued the mcp-session-id.
         self.trust_mcp_session_id = True
-        self.memory = ActionMemory(
-            ttl_seconds=settings.memory.ttl_seconds,
-            max_sessions=settings.memory.max_sessions,
-            on_change=self._persist_memory,
-            clock=clock,
-        )
+        self.memory = action_memory(settings, on_change=self._persist_memory, clock=clock)
         self._embedder = embedder
         self._store = store
         self._refs = 0
@@ -88,7 +82,7 @@ class AppResources:
                 # loss or OS crash can lose the last rows. FULL's fsync per call cost ~0.5 ms on the
                 # repeated and refused paths, whose target is 2 ms (docs/benchmarks.md).
                 self.log = await InvocationLog.open(
-                    settings.data_dir / "log.sqlite",
+                    settings.log_path,
                     log_queries=settings.log.log_queries,
                     synchronous="NORMAL",
                 )
@@ -96,9 +90,14 @@ class AppResources:
                     await self._restore_memory()
 
     def _open_runtime(self, settings: Settings) -> Runtime:
-        runtime = open_runtime(settings, embedder=self._embedder, store=self._store)
+        try:
+            runtime = open_runtime(settings, embedder=self._embedder, store=self._store)
+        except Exception:
+            # Callers see only the message (WarmupError); the traceback is logged here, once.
+            logger.exception("warm-up failed: the knowledge base is unavailable")
+            raise
         if not runtime.engine.view().entries:
-            # Said once at start-up; every lookup then says it too (server.app).
+            # Said once at start-up; every lookup then says it too (server.protocol.knowledge).
             logger.warning("%s", empty_knowledge_base_message(settings.data_dir))
         return runtime
 
@@ -136,15 +135,17 @@ class AppResources:
             raise WarmupError(f"the knowledge base is unavailable: {exc}") from exc
         if self.service is None:
             self.runtime = runtime
-            self.service = LookupService(runtime.engine, self.memory, self._policy)
+            self.service = lookup_service(runtime, self.memory, self._policy)
         return self.service
 
     async def _keep_in_sync(self, root: Path) -> None:
         """serve --watch: once the stack is warm, ingest root at start and after each change."""
         from server.watch import FolderWatcher, watch_ingest
 
+        if self._warmup is None:
+            return
         try:
-            runtime = await asyncio.shield(self._warmup)  # type: ignore[arg-type]
+            runtime = await asyncio.shield(self._warmup)
         except Exception:  # every lookup reports the warm-up failure; nothing to watch with
             logger.error("not watching %s: the knowledge base is unavailable", root)
             return
@@ -155,51 +156,13 @@ class AppResources:
         logger.info("watching %s", root)
         await watcher.run()
 
-    def _policy(self):  # type: ignore[no-untyped-def]
+    def _policy(self) -> Policy:
         settings = self.settings
         # The TTL and the session cap are hot-reloadable too: apply them to the live memory
         # (a lower cap evicts the least recently used sessions on the next new session).
         self.memory.ttl_seconds = settings.memory.ttl_seconds
         self.memory.max_sessions = settings.memory.max_sessions
         return policy_from(settings)
-
-    # -- invocation log ------------------------------------------------------------------
-    async def record(
-        self,
-        *,
-        tool_name: str,
-        session_key: str | None,
-        session_scope: str,
-        arguments: Mapping[str, Any],
-        outcome: LookupOutcome | None = None,
-        read: ReadOutcome | None = None,
-        latency_ms: float,
-        error: str | None = None,
-    ) -> None:
-        """Commit one row for a tool call before its response is sent (never raises)."""
-        if self.log is None:
-            return
-        result = outcome.result if outcome else None
-        record = InvocationRecord(
-            ts=time.time(),
-            session_key=session_key,
-            session_scope=session_scope,
-            tool_name=tool_name,
-            query=arguments.get("query"),
-            domain_filter=arguments.get("domain"),
-            missing_dimension=arguments.get("missing_dimension"),
-            relevance_level=result.relevance_level if result else None,
-            dedup_reason=result.dedup_reason if result else None,
-            completeness_hint=result.completeness_hint if result else None,
-            water_level=result.budget.water_level if result else None,
-            next_call=result.budget.next_call if result else None,
-            call_index=outcome.call_index if outcome else (read.call_index if read else None),
-            result_doc_keys=outcome.result_doc_keys if outcome else (read.result_doc_keys if read else []),
-            retrieval_details=outcome.details.model_dump(mode="json") if outcome else None,
-            latency_ms=latency_ms,
-            error=error,
-        )
-        await self.log.record(record)
 
     # -- action memory persistence -----------------------------------------------------
     def _persist_memory(self, session_key: str, memory: SessionMemory | None) -> None:

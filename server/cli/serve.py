@@ -2,72 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import logging
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from server.app import create_server
-from server.data_dir import DataDirError, prepare_data_dir
-from server.http_security import (
-    BearerAuthMiddleware,
-    HostOriginGuard,
-    host_policy,
-    transport_security,
-    warn_if_exposed,
-)
-from server.resources import AppResources
-from server.session import new_stdio_key
-from server.settings import Settings
-from server.stdio_transport import run_stdio
+from server.config.data_dir import DataDirError, prepare_data_dir
+from server.config.settings import Settings
+from server.protocol.app import app_resources, create_server
+from server.protocol.http_app import build_http_app
+from server.protocol.http_security import warn_if_exposed
+from server.protocol.session import new_stdio_key
+from server.protocol.stdio_transport import run_stdio
 from storage import lite_share
 from storage.vector_store import StoreError, check_reachable, is_lite_uri
 
 logger = logging.getLogger(__name__)
-
-
-def build_http_app(mcp: Any, settings: Settings, *, transport: str, stateless: bool = False) -> Any:
-    """The Starlette app for an HTTP transport, with auth, body limit and DNS-rebinding protection."""
-    http = settings.http
-    security = transport_security()
-    resources: AppResources = mcp.resources_state
-    # Stateless streamable HTTP issues no session ids: an mcp-session-id header is then only
-    # the client's say-so, and trusting it would let anyone name another client's memory.
-    resources.trust_mcp_session_id = transport == "sse" or not stateless
-    if transport == "sse":
-        app = mcp.sse_app(
-            max_request_body_size=http.max_body_bytes, transport_security=security, host=http.host
-        )
-        inner_lifespan = app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def sse_lifespan(starlette_app: Any) -> AsyncIterator[None]:
-            # SSE enters the MCP lifespan per connection: hold one reference for the whole
-            # process so the model and memory outlive any single connection.
-            await resources.acquire()
-            try:
-                async with inner_lifespan(starlette_app):
-                    yield
-            finally:
-                await resources.release()
-
-        app.router.lifespan_context = sse_lifespan
-    else:
-        app = mcp.streamable_http_app(
-            stateless_http=stateless,
-            max_request_body_size=http.max_body_bytes,
-            transport_security=security,
-            host=http.host,
-        )
-    guarded = HostOriginGuard(app, host_policy(http.host, http.allowed_hosts))
-    principals = http.principals()
-    if principals:
-        return BearerAuthMiddleware(guarded, principals)
-    return guarded
 
 
 def milvus_startup_problem(settings: Settings) -> str | None:
@@ -86,6 +39,12 @@ def milvus_startup_problem(settings: Settings) -> str | None:
     except StoreError as exc:
         return str(exc)
     return None
+
+
+def cmd_serve(
+    args: argparse.Namespace, settings: Settings, config_path: Path | None, overrides: dict[str, Any]
+) -> int:
+    return serve(settings, config_path, overrides, transport=args.transport, stateless=args.stateless)
 
 
 def serve(
@@ -108,7 +67,8 @@ def serve(
         print(f"error: {problem}", file=sys.stderr)
         return 2
     stdio_key = new_stdio_key() if transport == "stdio" else None
-    mcp = create_server(settings, config_path=config_path, overrides=overrides, stdio_key=stdio_key)
+    resources = app_resources(settings, config_path=config_path, overrides=overrides, stdio_key=stdio_key)
+    mcp = create_server(resources)
     if transport == "stdio":
         # stdout belongs to the protocol: everything else goes to stderr.
         anyio.run(run_stdio, mcp)
@@ -118,7 +78,7 @@ def serve(
     warning = warn_if_exposed(settings.http.host, bool(settings.http.principals()))
     if warning:
         print(warning, file=sys.stderr)
-    app = build_http_app(mcp, settings, transport=transport, stateless=stateless)
+    app = build_http_app(mcp, resources, settings, transport=transport, stateless=stateless)
     path = "/sse" if transport == "sse" else "/mcp"
     logger.info("serving %s on http://%s:%d%s", transport, settings.http.host, settings.http.port, path)
     config = uvicorn.Config(

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.settings import ConfigError, Settings, load_settings
+from server.config.settings import ConfigError, Settings, load_settings
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from retrieval.calibration import (
     read_queries,
 )
 from retrieval.engine import KnowledgeView
-from server.commands import CommandError
-from server.runtime import open_runtime
-from server.settings import Settings
+from server.cli.errors import CommandError
+from server.config.settings import Settings
+from server.stack import open_runtime
 
 _COLUMNS = (
     ("codes PRECISE", "codes_precise"),

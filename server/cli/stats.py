@@ -1,12 +1,11 @@
-"""``lookup-knowledge-mcp stats`` and the knowledge://stats resource.
+"""``lookup-knowledge-mcp stats``: the invocation-log summary as text, JSON or a chart.
 
-Both only read ``<data_dir>/log.sqlite`` (never Milvus), so they work beside a running server.
+It only reads ``<data_dir>/log.sqlite`` (never Milvus), so it works beside a running server.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import re
@@ -14,13 +13,11 @@ import sqlite3
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver.exceptions import ResourceError
-
-from retrieval.stats import summarize
-from server.settings import Settings
+from server.cli.errors import CommandError
+from server.config.settings import Settings
+from server.log_summary import summarize
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 
@@ -51,28 +48,6 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
-
-
-def log_path(settings: Settings) -> Path:
-    return settings.data_dir / "log.sqlite"
-
-
-async def stats_summary(resources: Any) -> dict[str, Any]:
-    """The whole log's summary, plus the live writer's health (knowledge://stats)."""
-    log = resources.log
-    path = log.path if log is not None else log_path(resources.settings)
-    try:
-        summary = summarize(await asyncio.to_thread(read_log_stats, path))
-    except (sqlite3.Error, SchemaVersionError) as exc:
-        # Clients of the resource learn nothing about the server's filesystem: no path here.
-        logger.error("cannot read the invocation log %s: %s", path, exc)
-        raise ResourceError(f"cannot read the invocation log: {type(exc).__name__}") from exc
-    summary["log"].pop("path", None)
-    summary["log"]["enabled"] = resources.settings.log.enabled
-    summary["log"]["write_failures"] = log.failures if log is not None else None
-    summary["log"]["reopens"] = log.reopens if log is not None else None
-    summary["log"]["last_error"] = log.last_error if log is not None else None
-    return summary
 
 
 def _bars(counts: dict[str, int], *, indent: str = "  ") -> list[str]:
@@ -142,13 +117,11 @@ def render_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_stats(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_stats(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     """The ``stats`` command: print the summary (text or --json) and optionally draw --png."""
-    from server.commands import CommandError
-
     try:
         since = parse_since(args.since) if args.since else None
-        raw = read_log_stats(log_path(settings), since=since, session_key=args.session)
+        raw = read_log_stats(settings.log_path, since=since, session_key=args.session)
     except (StatsArgumentError, SchemaVersionError, sqlite3.Error) as exc:
         raise CommandError(str(exc)) from exc
     summary = summarize(raw, since=since, session_key=args.session)
@@ -157,7 +130,7 @@ def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(render_text(summary))
     if args.png is not None:
-        from server.stats_chart import ChartError, write_png
+        from server.cli.stats_chart import ChartError, write_png
 
         try:
             write_png(summary, args.png)

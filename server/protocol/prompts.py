@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from retrieval.models import KnowledgeMap
-
-PromptLanguage = Literal["en", "zh"]
+from server.inputs import PromptLanguage
 
 EXECUTOR_RULES: dict[PromptLanguage, str] = {
     "en": """You may call lookup_knowledge when you need knowledge-base information, under these rules:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from retrieval.embedders import CachedEmbedder, EmbedderError
-from server.commands import CommandError
-from server.replay import (
+from server.cli.errors import CommandError
+from server.cli.replay import (
     ReplayError,
     TraceError,
     read_trace,
@@ -16,12 +17,12 @@ from server.replay import (
     replay,
     to_json,
 )
-from server.runtime import load_embedder
-from server.settings import Settings
+from server.config.settings import Settings
+from server.stack import load_embedder
 from storage.vector_store import StoreError
 
 
-async def run_eval(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_eval(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     """Replay args.trace governed (and, with --baseline, stateless) and print the figures."""
     try:
         steps = read_trace(args.trace)

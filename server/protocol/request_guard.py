@@ -6,7 +6,7 @@ The SDK builds each tool's argument model with extra fields allowed, so a misspe
 This middleware turns it into an ``isError`` result that names the argument, like any other
 argument validation failure, so the caller can correct itself.
 
-The tool handlers log their own calls (``logged_call`` in server.app). A call that never
+The tool handlers log their own calls (``CallRecorder.call`` in server.protocol.calls). A call that never
 reaches a handler (refused here, an argument that fails validation, an unknown tool, a
 malformed ``tools/call``) is logged here instead, through the ``audit`` hook: a per-request
 ``ToolAudit`` tells the two apart.
@@ -27,6 +27,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, EmptyResult, SetLevelRequestParams, TextContent
 from mcp_types.jsonrpc import INVALID_PARAMS
+
+from server.protocol.sdk import lowlevel_server
 
 logger = logging.getLogger(__name__)
 
@@ -163,4 +165,4 @@ def accept_logging_level(server: MCPServer[Any]) -> None:
 
     # MCPServer has no public hook for this method; the SDK documents the lowlevel
     # add_request_handler as the way to re-provide methods the 2026 revision removed.
-    server._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
+    lowlevel_server(server).add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)

@@ -1,0 +1,44 @@
+"""What a lookup asks for, and the policy it is answered under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from retrieval.governance import GovernanceConfig
+from retrieval.relevance import TierModel
+
+# passage: the matching section of each document; document: whole documents up to the caps.
+ContentMode = Literal["passage", "document"]
+# graded: supplements only as close as the tier allows; top_k: always up to top_k documents.
+SupplementMode = Literal["graded", "top_k"]
+HintLanguage = Literal["auto", "en", "zh"]
+
+# How many documents one lookup may return; the MCP tool, the CLI, the traces and the settings
+# all take their bounds from here.
+TOP_K_MIN, TOP_K_MAX = 1, 10
+
+
+@dataclass(frozen=True)
+class LookupRequest:
+    query: str
+    domain: str | None = None
+    top_k: int = 3
+    missing_dimension: str | None = None
+
+    @property
+    def targeted(self) -> bool:
+        return bool((self.missing_dimension or "").strip())
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The hot-reloadable part of the configuration, read fresh for every call."""
+
+    tier_model: TierModel
+    governance: GovernanceConfig
+    hint_language: HintLanguage = "auto"
+    primary_max_chars: int = 4000
+    supplement_max_chars: int = 1200
+    content: ContentMode = "passage"
+    supplements: SupplementMode = "graded"

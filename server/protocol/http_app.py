@@ -1,0 +1,64 @@
+"""The Starlette app of an HTTP transport (SSE or streamable HTTP), with its guards."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from server.config.settings import Settings
+from server.protocol.http_security import (
+    BearerAuthMiddleware,
+    HostOriginGuard,
+    host_policy,
+    transport_security,
+)
+from server.protocol.lifespan import AppResources
+
+
+def build_http_app(
+    mcp: MCPServer[AppResources],
+    resources: AppResources,
+    settings: Settings,
+    *,
+    transport: str,
+    stateless: bool = False,
+) -> Any:
+    """The Starlette app for an HTTP transport, with auth, body limit and DNS-rebinding protection."""
+    http = settings.http
+    security = transport_security()
+    # Stateless streamable HTTP issues no session ids: an mcp-session-id header is then only
+    # the client's say-so, and trusting it would let anyone name another client's memory.
+    resources.trust_mcp_session_id = transport == "sse" or not stateless
+    if transport == "sse":
+        app = mcp.sse_app(
+            max_request_body_size=http.max_body_bytes, transport_security=security, host=http.host
+        )
+        inner_lifespan = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def sse_lifespan(starlette_app: Any) -> AsyncIterator[None]:
+            # SSE enters the MCP lifespan per connection: hold one reference for the whole
+            # process so the model and memory outlive any single connection.
+            await resources.acquire()
+            try:
+                async with inner_lifespan(starlette_app):
+                    yield
+            finally:
+                await resources.release()
+
+        app.router.lifespan_context = sse_lifespan
+    else:
+        app = mcp.streamable_http_app(
+            stateless_http=stateless,
+            max_request_body_size=http.max_body_bytes,
+            transport_security=security,
+            host=http.host,
+        )
+    guarded = HostOriginGuard(app, host_policy(http.host, http.allowed_hosts))
+    principals = http.principals()
+    if principals:
+        return BearerAuthMiddleware(guarded, principals)
+    return guarded

@@ -1,0 +1,141 @@
+"""What the MCP handlers call: one method per tool, resource and prompt, over the lookup service.
+
+Each method runs inside the call recorder where the call is a tool call, and turns the service's
+result into what the protocol returns. The handlers in ``tools.py`` and ``uris.py`` only
+declare the interface and make one call here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import CallToolResult, TextContent
+
+from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
+from retrieval.requests import LookupRequest
+from server.config.data_dir import empty_knowledge_base_message
+from server.inputs import PromptLanguage
+from server.log_summary import summarize
+from server.protocol import prompts
+from server.protocol.calls import CallRecorder
+from server.protocol.lifespan import AppResources, WarmupError
+from server.rendering import render_lookup
+from storage.schema import SchemaVersionError
+from storage.stats_queries import read_log_stats
+
+logger = logging.getLogger(__name__)
+
+Request = ServerRequestContext[Any, Any]
+
+
+class KnowledgeCalls:
+    """The body of every MCP handler of one server."""
+
+    def __init__(self, resources: AppResources, recorder: CallRecorder) -> None:
+        self.resources = resources
+        self.recorder = recorder
+
+    async def lookup(self, rc: Request, request: LookupRequest) -> CallToolResult:
+        arguments = {
+            "query": request.query,
+            "domain": request.domain,
+            "missing_dimension": request.missing_dimension,
+        }
+        async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
+            service = await self.resources.lookup_service()
+            if not service.engine.view().entries:
+                # Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge
+                # base, when the fix is an ingest the operator has to run.
+                raise ToolError(empty_knowledge_base_message(self.resources.settings.data_dir))
+            call.outcome = await service.lookup(
+                request, session_key=call.identity.key, scope=call.identity.scope
+            )
+        result = call.outcome.result
+        return CallToolResult(
+            content=[TextContent(type="text", text=render_lookup(result))],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+    async def read(self, rc: Request, via: str, doc_key: str, section: str | None) -> ReadResult:
+        """A whole document or one section, for the read tool (``via`` its name) or the doc resource."""
+        async with self.recorder.call(rc, via, {"query": doc_key, "missing_dimension": section}) as call:
+            service = await self.resources.lookup_service()
+            call.read = await service.read(
+                doc_key,
+                section,
+                session_key=call.identity.key,
+                scope=call.identity.scope,
+                limit=self.resources.settings.retrieval.read_max_chars,
+            )
+        return call.read.result
+
+    async def read_resource(self, rc: Request, doc_key: str, section: str | None) -> str:
+        try:
+            result = await self.read(rc, "knowledge://doc", doc_key, section or None)
+        except ToolError as exc:
+            raise ResourceError(str(exc)) from exc
+        return result.model_dump_json(indent=2)
+
+    async def reset(self, rc: Request) -> ResetResult:
+        async with self.recorder.call(rc, "reset_session", {}) as call:
+            key = call.identity.key
+            forgotten = self.resources.memory.clear(key) if key else False
+        message = (
+            "session memory cleared; lookup_knowledge is open again"
+            if key
+            else "no session could be identified, so there was no memory to clear"
+        )
+        return ResetResult(session_scope=call.identity.scope, forgotten=forgotten, message=message)
+
+    async def list_domains(self, rc: Request) -> KnowledgeMap:
+        async with self.recorder.call(rc, "list_knowledge_domains", {}):
+            return self._described((await self.resources.lookup_service()).engine.knowledge_map())
+
+    async def knowledge_map(self) -> KnowledgeMap:
+        """The map for resources and prompts, where a warm-up failure is a resource error."""
+        try:
+            service = await self.resources.lookup_service()
+        except WarmupError as exc:
+            raise ResourceError(str(exc)) from exc
+        return self._described(service.engine.knowledge_map())
+
+    async def domain(self, domain: str) -> DomainInfo:
+        knowledge_map = await self.knowledge_map()
+        found = next((d for d in knowledge_map.domains if d.domain_id == domain), None)
+        if found is None:
+            known = ", ".join(d.domain_id for d in knowledge_map.domains)
+            raise ResourceError(f"unknown domain {domain!r}; known domains: {known}")
+        return found
+
+    async def planner_prompt(self, language: PromptLanguage) -> str:
+        return prompts.planner_prompt(await self.knowledge_map(), language)
+
+    async def stats(self) -> str:
+        """The whole log's summary plus the live writer's health, as JSON (knowledge://stats)."""
+        log, settings = self.resources.log, self.resources.settings
+        path = log.path if log is not None else settings.log_path
+        try:
+            summary = summarize(await asyncio.to_thread(read_log_stats, path))
+        except (sqlite3.Error, SchemaVersionError) as exc:
+            # Clients of the resource learn nothing about the server's filesystem: no path here.
+            logger.error("cannot read the invocation log %s: %s", path, exc)
+            raise ResourceError(f"cannot read the invocation log: {type(exc).__name__}") from exc
+        summary["log"].pop("path", None)
+        summary["log"]["enabled"] = settings.log.enabled
+        summary["log"]["write_failures"] = log.failures if log is not None else None
+        summary["log"]["reopens"] = log.reopens if log is not None else None
+        summary["log"]["last_error"] = log.last_error if log is not None else None
+        return json.dumps(summary, ensure_ascii=False, indent=2)
+
+    def _described(self, knowledge_map: KnowledgeMap) -> KnowledgeMap:
+        """The map, saying so when the knowledge base is empty."""
+        if knowledge_map.document_count:
+            return knowledge_map
+        message = empty_knowledge_base_message(self.resources.settings.data_dir)
+        return knowledge_map.model_copy(update={"empty": True, "message": message})
