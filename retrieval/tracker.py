@@ -270,11 +270,3 @@ class ActionMemory:
             self._sessions[session_key] = memory
             self._sessions.move_to_end(session_key)
             self._evict_over_capacity()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._sessions)
-
-    def __contains__(self, session_key: object) -> bool:
-        with self._lock:
-            return isinstance(session_key, str) and self._get(session_key) is not None

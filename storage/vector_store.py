@@ -140,10 +140,6 @@ class MilvusVectorStore:
             ],
         )
 
-    def delete_document(self, doc_key: str) -> None:
-        """Delete every chunk of doc_key (a filter scan: only for removed documents)."""
-        self._client.delete(self.collection, filter=f"doc_key == {string_literal(doc_key)}")
-
     def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
         """Delete chunks by primary key: no scan of the collection."""
         if chunk_ids:

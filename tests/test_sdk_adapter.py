@@ -1,0 +1,40 @@
+"""The private SDK attributes that server.protocol.sdk relies on, checked on real SDK objects.
+
+An SDK release that renames or removes one fails here, naming it, rather than deep in a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver import Context, MCPServer
+
+from server.protocol.sdk import connection_of, lowlevel_server
+
+
+def test_the_lowlevel_server_is_reachable_and_takes_request_handlers() -> None:
+    server = lowlevel_server(MCPServer("adapter-check"))
+    assert isinstance(server, Server)
+    assert callable(server.add_request_handler) and callable(server.create_initialization_options)
+
+
+async def test_a_handshake_session_carries_its_connection_object() -> None:
+    mcp: MCPServer[Any] = MCPServer("adapter-check")
+    seen: list[object | None] = []
+
+    @mcp.tool()
+    async def probe(ctx: Context) -> str:
+        session = ctx.request_context.session
+        assert hasattr(session, "_connection"), f"{type(session).__name__} has no _connection any more"
+        seen.append(connection_of(session))
+        return "ok"
+
+    with anyio.fail_after(30):
+        async with Client(mcp, mode="legacy") as client:
+            await client.call_tool("probe", {})
+            await client.call_tool("probe", {})
+    # One connection object, the same for both calls of the connection.
+    assert len(seen) == 2 and seen[0] is not None and seen[0] is seen[1]
