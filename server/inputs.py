@@ -122,4 +122,6 @@ def parse(kind: Any, value: Any, name: str) -> Any:
         return TypeAdapter(kind).validate_python(value)
     except ValidationError as exc:
         problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise InputError(f"{name}: {problem}") from None
+        # Numbers are echoed (short, and the mistake is in them); text could be 2000 characters.
+        got = f", got {value}" if isinstance(value, int) else ""
+        raise InputError(f"{name}: {problem}{got}") from None

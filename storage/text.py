@@ -14,8 +14,9 @@ ChunkLanguage = Literal["en", "zh", "mixed"]
 
 # CJK ideographs (unified, extension A and compatibility). Kana and Hangul are not Chinese and
 # are treated like other scripts.
-CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+_CJK_CHARACTER = r"[\u3400-\u9fff\uf900-\ufaff]"
+CJK = re.compile(_CJK_CHARACTER)
+_CJK_RUN = re.compile(_CJK_CHARACTER + "+")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _WORD = re.compile(r"[0-9A-Za-z_]+")
 # Code-shaped identifiers: ERR_TIMEOUT, KAFKA_E503_REBALANCE, KFK-4012, AL-1107, AADSTS50105,

@@ -83,7 +83,7 @@ def test_lookup_text_output_and_bad_arguments(capsys: pytest.CaptureFixture[str]
     assert main(["lookup", "x", "--domain", "cooking", "--data-dir", str(data_dir)]) == 2
     assert "unknown domain 'cooking'; known domains: api" in capsys.readouterr().err
     assert main(["lookup", "x", "--top-k", "11", "--data-dir", str(data_dir)]) == 2
-    assert "--top-k must be between 1 and 10, got 11" in capsys.readouterr().err
+    assert "--top-k: Input should be less than or equal to 10, got 11" in capsys.readouterr().err
 
 
 def test_map_lists_every_domain(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
