@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
 from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +18,7 @@ from server.cli.main import main
 from server.config.reload import SettingsHolder
 from server.config.settings import HOT, Settings, load_settings, reload_rules, restart_only_paths
 from server.protocol.app import create_server
+from storage.invocation_log import hash_text
 
 # No keyword, title or identifier matches it, so its tier comes from similarity alone.
 QUERY = "如何排查生产故障？"
@@ -162,6 +165,23 @@ def test_restart_only_paths_name_sections_and_single_fields() -> None:
     assert {"milvus", "embedder", "reranker", "chunking", "data_dir", "http", "watch"} <= set(paths)
     assert {"log.enabled", "memory.persist"} <= set(paths)
     assert not {"log", "log.log_queries", "memory", "memory.ttl_seconds", "relevance"} & set(paths)
+
+
+async def test_turning_query_logging_off_stores_hashes_from_the_next_call(
+    tmp_path: Path, make_resources: Any
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
+    resources = make_resources(config)
+    async with Client(create_server(resources)) as client:
+        await lookup(client, "数据库连接池怎么配置", "s")
+        config.write_text("log:\n  log_queries: false\n", encoding="utf-8")
+        assert resources.holder.check() is True
+        await lookup(client, "消息队列基础", "s", missing_dimension="重试策略")
+        log_path = resources.log.path
+    with contextlib.closing(sqlite3.connect(log_path)) as conn:
+        rows = conn.execute("SELECT query, missing_dimension FROM tool_invocation ORDER BY id").fetchall()
+    assert rows == [("数据库连接池怎么配置", None), (hash_text("消息队列基础"), hash_text("重试策略"))]
 
 
 async def test_editing_domain_policy_applies_to_the_next_lookup_of_a_running_session(
