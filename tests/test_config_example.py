@@ -1,4 +1,4 @@
-"""config.example.yaml documents every setting with its default and reload rule, and cannot drift from the model."""
+"""config.example.yaml and the docs state every setting's default and reload rule, and cannot drift from the model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import yaml
 
 from server.config.settings import ENV_PREFIX, Settings, load_settings, reload_rules
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.yaml"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "config.example.yaml"
+GOVERNANCE_DOC = ROOT / "docs" / "governance.md"
 # A YAML key, the commented-out top-level data_dir line, and the [rule] that opens a comment.
 _KEY = re.compile(r"^(?P<indent> *)(?P<name>[A-Za-z_][\w-]*):(?: |$)")
 _COMMENTED_KEY = re.compile(r"^# (?P<indent>)(?P<name>[a-z_]+): \S")
@@ -63,3 +65,11 @@ def test_the_example_marks_every_setting_with_the_models_reload_rule() -> None:
     # A mark anywhere but at the head of the comment right above a key would go unchecked.
     assert len(marks) == len(_MARK.findall(text))
     assert marks == reload_rules()
+
+
+def test_the_reload_table_in_the_docs_matches_the_models_reload_rules() -> None:
+    text = GOVERNANCE_DOC.read_text(encoding="utf-8")
+    section = text.split("### What reloads", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `([\w.]+)` \| (\w+) \|", section, flags=re.MULTILINE)
+    assert len(rows) == len(dict(rows)), "a setting has two rows"
+    assert dict(rows) == reload_rules()
