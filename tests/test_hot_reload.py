@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
+from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
 from mcp import Client
+from pydantic import BaseModel
 
 from server.cli.main import main
 from server.config.reload import SettingsHolder
-from server.config.settings import load_settings
+from server.config.settings import HOT, Settings, load_settings, reload_rules, restart_only_paths
 from server.protocol.app import create_server
+from storage.invocation_log import hash_text
 
 # No keyword, title or identifier matches it, so its tier comes from similarity alone.
 QUERY = "如何排查生产故障？"
@@ -107,20 +112,76 @@ def test_an_edit_is_picked_up_without_an_explicit_check_once_the_interval_passed
     assert holder.current().governance.domain_policy == "hard"
 
 
-def test_a_restart_only_key_keeps_its_running_value_and_warns(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def setting(settings: Settings, dotted: str) -> Any:
+    return reduce(getattr, dotted.split("."), settings)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "running", "warned"),
+    [
+        ("chunking:\n  max_chars: 800\n", "chunking.max_chars", 1200, "chunking"),
+        # The loaded cross-encoder stays as it is, so its settings must too.
+        ("reranker:\n  enabled: true\n", "reranker.enabled", False, "reranker"),
+        ("http:\n  port: 9999\n", "http.port", 8765, "http"),
+        # Per-field rules: the hot sibling in the same section changes, this field does not.
+        ("log:\n  enabled: false\n  log_queries: false\n", "log.enabled", True, "log.enabled"),
+        ("memory:\n  persist: false\n  ttl_seconds: 60\n", "memory.persist", True, "memory.persist"),
+    ],
+)
+def test_a_restart_only_setting_keeps_its_running_value_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, edit: str, field: str, running: object, warned: str
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("chunking:\n  max_chars: 1200\n", encoding="utf-8")
+    config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")
     holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
     with caplog.at_level(logging.WARNING, logger="server.config.reload"):
-        config.write_text(
-            "chunking:\n  max_chars: 800\ngovernance:\n  domain_policy: hard\n", encoding="utf-8"
-        )
+        config.write_text(edit + "governance:\n  domain_policy: hard\n", encoding="utf-8")
         assert holder.check() is True
-    assert holder.current().chunking.max_chars == 1200
+    applied = load_settings(config, data_dir=tmp_path)
+    assert setting(applied, field) != running  # the edit did change it
+    assert setting(holder.current(), field) == running
     assert holder.current().governance.domain_policy == "hard"
-    assert "config change to 'chunking' takes effect after a restart" in caplog.text
+    assert f"config change to {warned!r} takes effect after a restart" in caplog.text
+    # Everything hot in the edit applied: only the restart-only settings were held back.
+    for dotted, rule in reload_rules().items():
+        if rule != "restart":
+            assert setting(holder.current(), dotted) == setting(applied, dotted), dotted
+
+
+def test_every_setting_must_declare_a_reload_rule() -> None:
+    class Section(BaseModel):
+        marked: Annotated[int, HOT] = 1
+        unmarked: int = 2
+
+    class Root(BaseModel):
+        section: Section = Section()
+
+    with pytest.raises(TypeError, match="setting 'unmarked' of Section declares no reload rule"):
+        reload_rules(Root)
+
+
+def test_restart_only_paths_name_sections_and_single_fields() -> None:
+    paths = restart_only_paths()
+    assert {"milvus", "embedder", "reranker", "chunking", "data_dir", "http", "watch"} <= set(paths)
+    assert {"log.enabled", "memory.persist"} <= set(paths)
+    assert not {"log", "log.log_queries", "memory", "memory.ttl_seconds", "relevance"} & set(paths)
+
+
+async def test_turning_query_logging_off_stores_hashes_from_the_next_call(
+    tmp_path: Path, make_resources: Any
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
+    resources = make_resources(config)
+    async with Client(create_server(resources)) as client:
+        await lookup(client, "数据库连接池怎么配置", "s")
+        config.write_text("log:\n  log_queries: false\n", encoding="utf-8")
+        assert resources.holder.check() is True
+        await lookup(client, "消息队列基础", "s", missing_dimension="重试策略")
+        log_path = resources.log.path
+    with contextlib.closing(sqlite3.connect(log_path)) as conn:
+        rows = conn.execute("SELECT query, missing_dimension FROM tool_invocation ORDER BY id").fetchall()
+    assert rows == [("数据库连接池怎么配置", None), (hash_text("消息队列基础"), hash_text("重试策略"))]
 
 
 async def test_editing_domain_policy_applies_to_the_next_lookup_of_a_running_session(

@@ -1,8 +1,9 @@
 """Hot reload: the config file is re-read when it changes, checked at most every interval.
 
-An invalid edit keeps the previous settings and logs an error naming the field. Thresholds,
-governance, memory TTL, hint language and log settings take effect on the next call; the
-Milvus URI, embedder and chunking need a restart (a warning says so).
+An invalid edit keeps the previous settings and logs an error naming the field. Which edits
+apply to the next call and which wait for a restart is declared on the settings model
+(``server.config.settings.reload_rules``); a restart-only setting keeps its running value and a
+warning names it.
 """
 
 from __future__ import annotations
@@ -10,14 +11,37 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
+from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from server.config.settings import ConfigError, Settings, load_settings
+from pydantic import BaseModel
+
+from server.config.settings import ConfigError, Settings, load_settings, restart_only_paths
 
 logger = logging.getLogger(__name__)
 
-_RESTART_ONLY = ("milvus", "embedder", "chunking", "data_dir", "http", "watch")
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _replaced(model: _Model, path: Sequence[str], value: object) -> _Model:
+    """A copy of model with the setting at path (names from the top) set to value."""
+    head, *rest = path
+    inner = _replaced(getattr(model, head), rest, value) if rest else value
+    return model.model_copy(update={head: inner})
+
+
+def keep_restart_only(fresh: Settings, running: Settings) -> Settings:
+    """fresh, with every restart-only setting back at its running value (a warning per change)."""
+    for dotted in restart_only_paths():
+        path = dotted.split(".")
+        value = reduce(getattr, path, running)
+        if reduce(getattr, path, fresh) != value:
+            logger.warning("config change to %r takes effect after a restart", dotted)
+            # The process stays consistent with the resources it opened from the running value.
+            fresh = _replaced(fresh, path, value)
+    return fresh
 
 
 class SettingsHolder:
@@ -74,12 +98,7 @@ class SettingsHolder:
                 self.last_error = str(exc)
                 logger.error("config reload rejected, keeping the previous settings: %s", exc)
                 return False
-            for name in _RESTART_ONLY:
-                if getattr(fresh, name) != getattr(self._settings, name):
-                    logger.warning("config change to %r takes effect after a restart", name)
-                    # Keep the running value so the process stays consistent with its resources.
-                    fresh = fresh.model_copy(update={name: getattr(self._settings, name)})
-            self._settings = fresh
+            self._settings = keep_restart_only(fresh, self._settings)
             self.reloads += 1
             self.last_error = None
             logger.info("config reloaded from %s", self._path)

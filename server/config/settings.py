@@ -3,6 +3,10 @@
 Read once at the entry point and passed down; nothing reads the environment at import time.
 Environment variables use the prefix ``LOOKUP_KNOWLEDGE_`` and ``__`` between nested names,
 e.g. ``LOOKUP_KNOWLEDGE_MILVUS__URI=http://milvus:19530``.
+
+Every setting declares, once, how a running server applies an edit of the config file: ``HOT``,
+``RESTART`` or ``CLI`` as ``Annotated`` metadata, on a whole section or on each of its fields.
+``reload_rules`` reads them; the hot reload, config.example.yaml and docs/governance.md follow it.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import hashlib
 import logging
 import os
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -28,6 +33,24 @@ ENV_PREFIX = "LOOKUP_KNOWLEDGE_"
 # The principal that http.auth_token authenticates.
 DEFAULT_PRINCIPAL = "default"
 EmbedderName = Literal["e5-small", "bge-m3"]
+
+
+ReloadRule = Literal["hot", "restart", "cli"]
+
+
+@dataclass(frozen=True)
+class Reload:
+    """How a running server applies an edit of a setting; ``Annotated`` metadata read by reload_rules."""
+
+    rule: ReloadRule
+
+
+# Read on every call: the next call after the file changes sees the edit.
+HOT = Reload("hot")
+# Read once, when the server starts: the reload keeps the running value and warns.
+RESTART = Reload("restart")
+# Read only by CLI commands, never by a running server.
+CLI = Reload("cli")
 
 
 def default_data_dir() -> Path:
@@ -142,22 +165,26 @@ class RelevanceSettings(BaseModel):
 
 
 class RetrievalSettings(BaseModel):
-    default_top_k: int = Field(
+    default_top_k: Annotated[int, CLI] = Field(
         default=3, ge=TOP_K_MIN, le=TOP_K_MAX, description="top_k when the caller gives none."
     )
-    content: ContentMode = Field(
+    content: Annotated[ContentMode, HOT] = Field(
         default="passage",
         description="passage: results carry the sections that matched and memory is kept per section; "
         "document: the predecessor's behaviour, the head of each document and memory per document.",
     )
-    supplements: SupplementMode = Field(
+    supplements: Annotated[SupplementMode, HOT] = Field(
         default="graded",
         description="graded: supplements only as close to the primary as the tier warrants (none for "
         "PRECISE); top_k: always up to top_k documents, as a plain retriever returns them.",
     )
-    primary_max_chars: int = Field(default=4000, ge=200, le=100_000, description="Primary content cap.")
-    supplement_max_chars: int = Field(default=1200, ge=100, le=100_000, description="Supplement cap.")
-    read_max_chars: int = Field(
+    primary_max_chars: Annotated[int, HOT] = Field(
+        default=4000, ge=200, le=100_000, description="Primary content cap."
+    )
+    supplement_max_chars: Annotated[int, HOT] = Field(
+        default=1200, ge=100, le=100_000, description="Supplement cap."
+    )
+    read_max_chars: Annotated[int, HOT] = Field(
         default=20_000,
         ge=1000,
         le=1_000_000,
@@ -166,20 +193,27 @@ class RetrievalSettings(BaseModel):
 
 
 class MemorySettings(BaseModel):
-    ttl_seconds: float = Field(
+    ttl_seconds: Annotated[float, HOT] = Field(
         default=1800, gt=0, description="Idle time after which a session is forgotten."
     )
-    max_sessions: int = Field(
+    max_sessions: Annotated[int, HOT] = Field(
         default=10_000, ge=1, description="Sessions kept; least recently used go first."
     )
-    persist: bool = Field(
+    # Restart: memory is restored once, at start, so writing follows the value it was restored under.
+    persist: Annotated[bool, RESTART] = Field(
         default=True, description="Keep action memory in SQLite so a restart does not hand documents back."
     )
 
 
 class LogSettings(BaseModel):
-    enabled: bool = Field(default=True, description="Write every tool call to the SQLite invocation log.")
-    log_queries: bool = Field(default=True, description="Store query text; false stores a hash instead.")
+    # Restart: the log is opened once, at start.
+    enabled: Annotated[bool, RESTART] = Field(
+        default=True, description="Write every tool call to the SQLite invocation log."
+    )
+    # Hot: a privacy switch; turned off in a running server, the next rows store a hash.
+    log_queries: Annotated[bool, HOT] = Field(
+        default=True, description="Store query text; false stores a hash instead."
+    )
 
 
 class HttpClient(BaseModel):
@@ -269,18 +303,21 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
-    data_dir: Path = Field(default_factory=default_data_dir, description="Where all state lives.")
-    milvus: MilvusSettings = Field(default_factory=MilvusSettings)
-    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
-    reranker: RerankerSettings = Field(default_factory=RerankerSettings)
-    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
-    relevance: RelevanceSettings = Field(default_factory=RelevanceSettings)
+    data_dir: Annotated[Path, RESTART] = Field(
+        default_factory=default_data_dir, description="Where all state lives."
+    )
+    milvus: Annotated[MilvusSettings, RESTART] = Field(default_factory=MilvusSettings)
+    embedder: Annotated[EmbedderSettings, RESTART] = Field(default_factory=EmbedderSettings)
+    reranker: Annotated[RerankerSettings, RESTART] = Field(default_factory=RerankerSettings)
+    chunking: Annotated[ChunkingSettings, RESTART] = Field(default_factory=ChunkingSettings)
+    relevance: Annotated[RelevanceSettings, HOT] = Field(default_factory=RelevanceSettings)
+    # retrieval, memory and log mix rules: each of their fields carries its own.
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
-    governance: GovernanceConfig = Field(default_factory=GovernanceConfig)
+    governance: Annotated[GovernanceConfig, HOT] = Field(default_factory=GovernanceConfig)
     log: LogSettings = Field(default_factory=LogSettings)
-    http: HttpSettings = Field(default_factory=HttpSettings)
-    watch: WatchSettings = Field(default_factory=WatchSettings)
+    http: Annotated[HttpSettings, RESTART] = Field(default_factory=HttpSettings)
+    watch: Annotated[WatchSettings, RESTART] = Field(default_factory=WatchSettings)
 
     @model_validator(mode="after")
     def _model_covers_embedder(self) -> Settings:
@@ -317,6 +354,28 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Precedence: CLI flags (init) > environment > YAML file.
         return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+def reload_rules(model: type[BaseModel] = Settings) -> dict[str, ReloadRule]:
+    """Dotted setting -> its reload rule, at the granularity declared: a section or each of its fields.
+
+    Raises TypeError for a setting that declares no rule, so a new one cannot go unclassified.
+    """
+    rules: dict[str, ReloadRule] = {}
+    for name, field in model.model_fields.items():
+        marker = next((m for m in field.metadata if isinstance(m, Reload)), None)
+        if marker is not None:
+            rules[name] = marker.rule
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            rules.update({f"{name}.{path}": rule for path, rule in reload_rules(field.annotation).items()})
+        else:
+            raise TypeError(f"setting {name!r} of {model.__name__} declares no reload rule")
+    return rules
+
+
+def restart_only_paths(model: type[BaseModel] = Settings) -> tuple[str, ...]:
+    """The dotted settings whose running value a hot reload keeps (read once, at start)."""
+    return tuple(path for path, rule in reload_rules(model).items() if rule == "restart")
 
 
 # The YAML document being loaded; set only for the duration of one load_settings call.

@@ -133,6 +133,8 @@ class CallRecorder:
         """Commit the call's row before its response is sent (never raises)."""
         log = self.resources.log
         if log is not None:
+            # log.log_queries is hot: a privacy switch turned off applies to this very row.
+            log.log_queries = self.resources.settings.log.log_queries
             await log.record(_record_of(tool_name, call))
 
 

@@ -166,6 +166,7 @@ class AppResources:
 
     # -- action memory persistence -----------------------------------------------------
     def _persist_memory(self, session_key: str, memory: SessionMemory | None) -> None:
+        # memory.persist is restart-only: the holder keeps the value the memory was restored under.
         if self.log is not None and self.settings.memory.persist:
             self.log.queue_memory(session_key, memory.to_state() if memory is not None else None)
 
