@@ -102,6 +102,24 @@ def test_unparseable_yaml_keeps_the_old_config_and_a_fix_is_applied(tmp_path: Pa
     assert holder.last_error is None
 
 
+def test_an_edit_that_leaves_the_running_embedder_without_a_model_is_rejected(tmp_path: Path) -> None:
+    # Valid on its own (bge-m3 with its own model), but the embedder is restart-only: the running
+    # e5-small would be left with no tier model, and every lookup would fail.
+    config = tmp_path / "config.yaml"
+    write_config(config, top_right=0.5)
+    holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
+    config.write_text(
+        "embedder:\n  name: bge-m3\n"
+        "relevance:\n  models:\n    bge-m3:\n"
+        "      on_topic: {weights: {}, bias: 5.0, threshold: 0.5}\n"
+        "      top_right: {weights: {gap: 0.0}, bias: 0.0, threshold: 0.5}\n",
+        encoding="utf-8",
+    )
+    assert holder.check() is False
+    assert holder.last_error is not None and "no entry for embedder 'e5-small'" in holder.last_error
+    assert holder.current().tier_model.top_right.threshold == 0.5
+
+
 def test_an_edit_is_picked_up_without_an_explicit_check_once_the_interval_passed(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")

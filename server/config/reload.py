@@ -16,7 +16,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from server.config.settings import ConfigError, Settings, load_settings, restart_only_paths
 
@@ -42,6 +42,15 @@ def keep_restart_only(fresh: Settings, running: Settings) -> Settings:
             # The process stays consistent with the resources it opened from the running value.
             fresh = _replaced(fresh, path, value)
     return fresh
+
+
+def _consistent(settings: Settings) -> Settings:
+    """settings, checked again once restart-only values are back: an edit that is valid on its own
+    (a new embedder with only its own relevance model) can leave the running embedder uncovered."""
+    try:
+        return Settings.model_validate(settings.model_dump())
+    except ValidationError as exc:
+        raise ConfigError(f"with the restart-only settings kept at their running values: {exc}") from exc
 
 
 class SettingsHolder:
@@ -92,13 +101,15 @@ class SettingsHolder:
                 return False
             self._stamp = stamp
             try:
-                fresh = load_settings(self._path, **self._overrides)
+                fresh = _consistent(
+                    keep_restart_only(load_settings(self._path, **self._overrides), self._settings)
+                )
             except ConfigError as exc:
                 self.reload_errors += 1
                 self.last_error = str(exc)
                 logger.error("config reload rejected, keeping the previous settings: %s", exc)
                 return False
-            self._settings = keep_restart_only(fresh, self._settings)
+            self._settings = fresh
             self.reloads += 1
             self.last_error = None
             logger.info("config reloaded from %s", self._path)
