@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from retrieval.answer import Graded, Plan, grade_evidence, plan_answer, render_result
-from retrieval.engine import KnowledgeEngine, KnowledgeView
+from retrieval.engine import Evidence, KnowledgeEngine, KnowledgeView
 from retrieval.governance import Decision, Usage, decide, water_level
 from retrieval.models import (
     AlreadyInContext,
@@ -27,6 +28,7 @@ from retrieval.models import (
     WaterLevel,
 )
 from retrieval.passages import Passage, section, whole_document
+from retrieval.relevance import TierModel
 from retrieval.requests import LookupRequest, Policy
 from retrieval.tracker import ActionMemory, Delivery, MemorySnapshot
 from storage.text import CJK, Language, detect_language
@@ -57,6 +59,33 @@ class LookupOutcome:
     latency_ms: float = 0.0
 
 
+class _GradeCache:
+    """The grades of recent evidence, per view and tier model.
+
+    Agents repeat identical calls; the engine already keeps their evidence, and this keeps the
+    ranking of it (about 1 ms at 10k chunks), so a repeat costs only the plan and the accounting.
+    Keys are identities, checked on a hit: a reloaded tier model or a new view grades afresh.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[int, int, int], tuple[Evidence, KnowledgeView, TierModel, Graded]] = (
+            OrderedDict()
+        )
+
+    def grade(self, evidence: Evidence, view: KnowledgeView, model: TierModel) -> Graded:
+        key = (id(evidence), id(view), id(model))
+        hit = self._items.get(key)
+        if hit is not None and hit[0] is evidence and hit[1] is view and hit[2] is model:
+            self._items.move_to_end(key)
+            return hit[3]
+        graded = grade_evidence(evidence, view, model)
+        self._items[key] = (evidence, view, model, graded)
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+        return graded
+
+
 class LookupService:
     """Runs one lookup_knowledge call for one session."""
 
@@ -64,6 +93,7 @@ class LookupService:
         self.engine = engine
         self.memory = memory
         self._policy = policy
+        self._grades = _GradeCache()
 
     async def lookup(
         self, request: LookupRequest, *, session_key: str | None, scope: SessionScope
@@ -91,14 +121,14 @@ class LookupService:
         evidence = self.engine.cached_evidence(request.query, request.domain)
         if governed and snapshot is not None and snapshot.closed:
             # HIGH water closed the session: no retrieval; name what it holds if the query is known.
-            graded = grade_evidence(evidence, view, policy.tier_model) if evidence else None
+            graded = self._grades.grade(evidence, view, policy.tier_model) if evidence else None
             plan = Plan.closed(graded, snapshot, request.top_k)
             return self._finish(
                 plan, graded, view, request, session_key, scope, policy, snapshot, retrieved=False
             )
         if evidence is None:
             evidence = await asyncio.to_thread(self.engine.retrieve, request.query, request.domain)
-        graded = grade_evidence(evidence, view, policy.tier_model)
+        graded = self._grades.grade(evidence, view, policy.tier_model)
         plan = plan_answer(
             graded,
             request,
