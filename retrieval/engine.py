@@ -157,9 +157,10 @@ class KnowledgeEngine:
         cached = self.cached_evidence(query, domain)
         if cached is not None:
             return cached
-        # The lexical search runs on the pool while this thread embeds the query and searches Milvus.
-        lexical = _search_pool().submit(self._lexical, query, domain)
+        # The lexical search runs on the pool while Milvus searches. Not during the embedding: the
+        # embedder's threads use every core, and a query beside them slowed both.
         encoding = self._embedder.encode_query(query)
+        lexical = _search_pool().submit(self._lexical, query, domain)
         hits = self._store.search(encoding.vector, limit=DENSE_LIMIT, domain=domain)
         self.searches += 1
         weights, lexical_hits = lexical.result()
