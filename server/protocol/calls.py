@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -44,7 +44,6 @@ class ToolCall:
     outcome: LookupOutcome | None = None
     read: ReadOutcome | None = None
     error: str | None = None
-    started: float = field(default_factory=time.perf_counter)
 
 
 def loggable(value: Any, limit: int) -> str | None:
@@ -82,6 +81,7 @@ class CallRecorder:
         self, rc: ServerRequestContext[Any, Any], tool_name: str, arguments: Mapping[str, Any]
     ) -> AsyncIterator[ToolCall]:
         """Run one handler: its session resolved, its failures made tool errors, its row logged."""
+        started = time.perf_counter()
         call = ToolCall(arguments)
         try:
             call.identity = self._identify_or_refuse(rc)
@@ -99,7 +99,7 @@ class CallRecorder:
             raise ToolError(call.error) from exc
         finally:
             mark_recorded()
-            await self._record(tool_name, call)
+            await self._record(tool_name, call, (time.perf_counter() - started) * 1000)
 
     async def unhandled(
         self,
@@ -119,9 +119,8 @@ class CallRecorder:
             {field: loggable(given.get(field), limit) for field, limit in LOGGED_ARGUMENT_LIMITS.items()},
             identity=identity,
             error=loggable(error or "the call was not answered", 2000),
-            started=time.perf_counter() - latency_ms / 1000,
         )
-        await self._record(loggable(name, 128) or "(no tool name)", call)
+        await self._record(loggable(name, 128) or "(no tool name)", call, latency_ms)
 
     def _identify_or_refuse(self, rc: ServerRequestContext[Any, Any]) -> SessionIdentity:
         try:
@@ -129,16 +128,16 @@ class CallRecorder:
         except SessionKeyError as exc:
             raise ToolError(str(exc)) from exc
 
-    async def _record(self, tool_name: str, call: ToolCall) -> None:
+    async def _record(self, tool_name: str, call: ToolCall, latency_ms: float) -> None:
         """Commit the call's row before its response is sent (never raises)."""
         log = self.resources.log
         if log is not None:
             # log.log_queries is hot: a privacy switch turned off applies to this very row.
             log.log_queries = self.resources.settings.log.log_queries
-            await log.record(_record_of(tool_name, call))
+            await log.record(_record_of(tool_name, call, latency_ms))
 
 
-def _record_of(tool_name: str, call: ToolCall) -> InvocationRecord:
+def _record_of(tool_name: str, call: ToolCall, latency_ms: float) -> InvocationRecord:
     outcome, read = call.outcome, call.read
     result = outcome.result if outcome else None
     delivered = outcome or read
@@ -158,6 +157,6 @@ def _record_of(tool_name: str, call: ToolCall) -> InvocationRecord:
         call_index=delivered.call_index if delivered else None,
         result_doc_keys=delivered.result_doc_keys if delivered else [],
         retrieval_details=outcome.details.model_dump(mode="json") if outcome else None,
-        latency_ms=(time.perf_counter() - call.started) * 1000,
+        latency_ms=latency_ms,
         error=call.error,
     )
