@@ -1,5 +1,5 @@
 """In-process measurements at one corpus size: warm lookup through the SDK's MCP client, its floor
-(query embedding alone + one raw ``MilvusClient.search`` alone, as the engine makes it), the
+(query embedding alone + one raw search through the store's client, as the engine makes it), the
 repeated and blocked paths, and the invocation-log commit per call. All ratios are computed from
 samples of the same rounds.
 """
@@ -99,7 +99,7 @@ class LookupBench:
 
     # -- the store, raw ------------------------------------------------------------------
     def _raw_search(self, vector: list[float], domain: str | None = None) -> float:
-        """One ``MilvusClient.search`` with exactly the engine's collection, limit and parameters."""
+        """One search on the store's client with exactly the engine's collection, limit and parameters."""
         runtime = self.resources.runtime
         limit = DENSE_LIMIT
         client = runtime.store._client  # the server's own client: the floor must not add a hop

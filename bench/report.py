@@ -209,10 +209,12 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         "",
         "Milliseconds, as median / p95 / spread (max - min of the per-round medians). Fresh queries only:",
         "each is distinct and runs in a new session, so neither cache nor dedup answers it. The floor is",
-        "the query embedding alone (the uncached model) plus one raw `MilvusClient.search` with the",
-        "engine's limit and parameters, measured next to each lookup in the same rounds. Repeated: the",
-        "identical exact lookup again in its session (DEDUPED); blocked: the next call after the repeat",
-        "closed the session at HIGH water (governance set to water by calls, HIGH from the second call).",
+        "the query embedding alone (the uncached model) plus one raw search through the store's own client",
+        "with the engine's limit and parameters (on Milvus Lite, in the process serving it, that goes",
+        "straight to the engine, as the lookup's does), measured next to each lookup in the same rounds.",
+        "Repeated: the identical exact lookup again in its session (DEDUPED); blocked: the next call after",
+        "the repeat closed the session at HIGH water (governance set to water by calls, HIGH from the",
+        "second call).",
         "",
     ]
     lines += _lookup_table(results.get("lookup_realistic", {}))

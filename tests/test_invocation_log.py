@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -172,19 +174,84 @@ async def test_a_full_disk_fails_the_write_and_the_log_recovers_when_space_retur
     log: InvocationLog,
 ) -> None:
     assert await log.record(make_record(call_index=1))
-    conn = log._conn
-    assert conn is not None
     # SQLite reports SQLITE_FULL ("database or disk is full") once the page cap is reached,
-    # exactly as it does when the file system runs out of space.
-    (pages,) = await (await conn.execute("PRAGMA page_count")).fetchone()  # type: ignore[misc]
-    await conn.execute(f"PRAGMA max_page_count = {pages}")
+    # exactly as it does when the file system runs out of space. The cap is per connection:
+    # it is set on the log's own.
+    ((pages,),) = await log.execute_on_connection("PRAGMA page_count")
+    await log.execute_on_connection(f"PRAGMA max_page_count = {pages}")
     big = {**DETAILS, "l0_titles": ["x" * 20_000]}
     assert await log.record(make_record(call_index=2, retrieval_details=big)) is False
     assert log.failures == 1 and "full" in (log.last_error or "")
+    # Rolled back, not dropped: the same connection, still capped, writes the next row.
+    assert await log.execute_on_connection("PRAGMA max_page_count") == [(pages,)]
 
-    await conn.execute("PRAGMA max_page_count = 1073741823")
+    await log.execute_on_connection("PRAGMA max_page_count = 1073741823")
     assert await log.record(make_record(call_index=3))
     assert [r["call_index"] for r in rows(log.path)] == [1, 3]
+
+
+def wal_commits(path: Path) -> int:
+    """Commit frames in the write-ahead log: one per transaction since the WAL was started.
+
+    Read from the file (SQLite's WAL format): a 32-byte header, then frames of a 24-byte header
+    plus one page; a frame whose bytes 4..8 are non-zero ends a transaction. Frames left over
+    from before a WAL restart carry other salts and are not counted.
+    """
+    data = Path(f"{path}-wal").read_bytes()
+    page_size = int.from_bytes(data[8:12], "big")
+    salts = data[16:24]
+    commits = 0
+    for offset in range(32, len(data) - 24 - page_size + 1, 24 + page_size):
+        header = data[offset : offset + 24]
+        if header[8:16] != salts:
+            break
+        commits += int.from_bytes(header[4:8], "big") != 0
+    return commits
+
+
+async def test_a_record_is_one_hop_and_one_transaction_with_its_memory_and_gap(
+    log: InvocationLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with anyio.fail_after(30):
+        assert await log.record(make_record(call_index=1))
+        # A missed row leaves a gap to write with the next one.
+        blocker = sqlite3.connect(log.path, isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            assert await log.record(make_record(call_index=2)) is False
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        log.queue_memory("s1", session_memory())
+
+        executor = log._executor
+        assert executor is not None
+        worker = await asyncio.get_running_loop().run_in_executor(executor, threading.current_thread)
+        assert worker.name.startswith("invocation-log")
+        hops = 0
+        submit = executor.submit
+
+        def counting_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            nonlocal hops
+            hops += 1
+            return submit(fn, *args, **kwargs)
+
+        monkeypatch.setattr(executor, "submit", counting_submit)
+        commits = wal_commits(log.path)
+        assert await log.record(make_record(call_index=3))
+        assert hops == 1
+        assert wal_commits(log.path) == commits + 1
+        assert [r["call_index"] for r in rows(log.path)] == [1, 3]
+        assert [r["missed"] for r in rows(log.path, "SELECT missed FROM log_gap")] == [1]
+        assert [r["session_key"] for r in rows(log.path, "SELECT session_key FROM session_memory")] == ["s1"]
+
+        hops = 0
+        assert [key for key, _, _ in await log.load_memories(ttl_seconds=1800)] == ["s1"]
+        assert hops == 1
+
+        await log.close()
+        worker.join(timeout=5)
+        assert not worker.is_alive()
 
 
 async def test_a_removed_log_file_is_recreated_and_later_rows_land_in_it(log: InvocationLog) -> None:

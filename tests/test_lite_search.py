@@ -1,0 +1,166 @@
+"""Milvus Lite's search with the visible-rows cache returns what the engine's own search returns.
+
+Every comparison runs the same search twice on the same data, through the real Lite engine
+served by ``storage.lite_share``: once with the cache installed, once with milvus_lite's own
+``execute_search_with_index`` put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from storage import lite_search
+from storage.vector_store import ChunkRow, MilvusVectorStore
+
+DIM = 16
+DOMAINS = ("billing", "network")
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[MilvusVectorStore]:
+    store = MilvusVectorStore(
+        uri=str(tmp_path / "milvus.db"), token=None, collection="chunks", dim=DIM, timeout_s=30.0
+    )
+    store.ensure_collection()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def installed() -> lite_search.CachedVisibilitySearch:
+    from milvus_lite.engine import collection
+
+    search = collection.execute_search_with_index
+    assert isinstance(search, lite_search.CachedVisibilitySearch), "lite_share did not install the cache"
+    return search
+
+
+@contextlib.contextmanager
+def engine_search() -> Iterator[None]:
+    """milvus_lite's own search, for the length of the block."""
+    from milvus_lite.engine import collection
+
+    cached = installed()
+    collection.execute_search_with_index = cached.original
+    try:
+        yield
+    finally:
+        collection.execute_search_with_index = cached
+
+
+def rows(rng: np.random.Generator, ids: range, version: int) -> list[ChunkRow]:
+    out = []
+    for i in ids:
+        vector = rng.standard_normal(DIM).astype(np.float32)
+        out.append(
+            ChunkRow(
+                f"c{i}", f"doc{i // 3}-v{version}", DOMAINS[i % 2], "en", vector / np.linalg.norm(vector)
+            )
+        )
+    return out
+
+
+def answers(store: MilvusVectorStore, queries: list[np.ndarray]) -> list[Any]:
+    found = []
+    for query in queries:
+        for domain in (None, *DOMAINS):
+            hits = store.search(query, limit=12, domain=domain)
+            found.append([(h.chunk_id, h.doc_key, h.score) for h in hits])
+    return found
+
+
+def assert_same_as_engine(store: MilvusVectorStore, queries: list[np.ndarray]) -> list[Any]:
+    cached = answers(store, queries)
+    with engine_search():
+        own = answers(store, queries)
+    assert cached == own
+    assert any(cached), "the searches found nothing: the comparison proves nothing"
+    return cached
+
+
+def test_searches_match_the_engine_through_upserts_deletes_and_flushes(store: MilvusVectorStore) -> None:
+    assert lite_search.install(), "the installed milvus_lite is not a checked version"
+    rng = np.random.default_rng(7)
+    queries = [rng.standard_normal(DIM).astype(np.float32) for _ in range(6)]
+
+    store.upsert(rows(rng, range(0, 60), version=1))
+    store.flush_and_load()
+    assert_same_as_engine(store, queries)
+
+    # New versions of some keys in a second segment: the old ones must stay hidden.
+    store.upsert(rows(rng, range(20, 40), version=2))
+    store.flush_and_load()
+    assert_same_as_engine(store, queries)
+
+    # Deletes, flushed into tombstones over both segments.
+    store.delete_chunks([f"c{i}" for i in range(0, 60, 4)])
+    store.flush_and_load()
+    after_delete = assert_same_as_engine(store, queries)
+    deleted = {f"c{i}" for i in range(0, 60, 4)}
+    assert not any(cid in deleted for hits in after_delete for cid, _, _ in hits)
+
+    # Written but not flushed: the engine's own search answers (the memtable is not empty).
+    store.upsert(rows(rng, range(50, 70), version=3))
+    store.delete_chunks(["c1", "c2"])
+    assert_same_as_engine(store, queries)
+    store.flush_and_load()
+    assert_same_as_engine(store, queries)
+
+
+def test_the_visible_rows_are_walked_once_per_state_of_the_data(store: MilvusVectorStore) -> None:
+    rng = np.random.default_rng(11)
+    query = rng.standard_normal(DIM).astype(np.float32)
+    store.upsert(rows(rng, range(0, 30), version=1))
+    store.flush_and_load()
+    visible = installed().visible
+
+    before = visible.computed
+    for _ in range(5):
+        store.search(query, limit=5, domain=None)
+    assert visible.computed == before + 1
+
+    store.delete_chunks(["c3"])
+    store.flush_and_load()
+    hits = store.search(query, limit=30, domain=None)
+    assert visible.computed == before + 2
+    assert "c3" not in {h.chunk_id for h in hits}
+
+
+def test_the_owner_searches_in_process_with_the_hits_the_socket_gives(
+    store: MilvusVectorStore, tmp_path: Path
+) -> None:
+    from pymilvus import MilvusClient
+
+    from storage import lite_share
+
+    rng = np.random.default_rng(5)
+    store.upsert(rows(rng, range(0, 40), version=1))
+    store.flush_and_load()
+    share = lite_share._shares[(tmp_path / "milvus.db").resolve()]
+    assert share.owned
+    over_socket = MilvusClient(uri=share.uri, timeout=30.0, dedicated=True)
+    try:
+        for query in [rng.standard_normal(DIM).astype(np.float32) for _ in range(4)]:
+            for expr in ("", 'domain == "billing"'):
+                kwargs: dict[str, Any] = {
+                    "data": [(query / np.linalg.norm(query)).tolist()],
+                    "limit": 10,
+                    "filter": expr,
+                    "output_fields": ["doc_key"],
+                    "search_params": {"metric_type": "COSINE", "params": {"ef": 64}},
+                }
+                local = share.local_search("chunks", **kwargs)
+                assert local is not None and len(local[0]) == 10
+                remote = over_socket.search("chunks", **kwargs)
+                assert [(h["id"], h["entity"]["doc_key"], h["distance"]) for h in local[0]] == [
+                    (h["id"], h["entity"]["doc_key"], h["distance"]) for h in remote[0]
+                ]
+    finally:
+        over_socket.close()
