@@ -78,9 +78,12 @@ def explain(key: str, results: dict[str, Any]) -> str:
         )
     if key in ("repeated", "blocked"):
         name = "repeated_ms" if key == "repeated" else "blocked_ms"
+        cpu = _g(rb, name.replace("_ms", "_main_thread_cpu_ms"), "median")
         return (
-            f"No embedding and no search ran (work done: {rb.get('work_done')}). With the invocation log off "
-            f"the same call takes {_n(_g(off, name, 'median'), 2)} ms; the log's commit costs "
+            f"No embedding and no search ran (work done: {rb.get('work_done')}). The call is CPU on the event "
+            f"loop: {_n(cpu, 2)} ms of it, the MCP client and server in one process (request and result "
+            "models, the client's schema check, dispatch) with the service's few steps. With the invocation "
+            f"log off the same call takes {_n(_g(off, name, 'median'), 2)} ms; the log's commit costs "
             f"{_n(commit_normal, 2)} ms with synchronous=NORMAL (the server's) against {_n(commit_full, 2)} ms "
             f"with FULL on this disk.{busy}"
         )
