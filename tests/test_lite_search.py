@@ -162,5 +162,8 @@ def test_the_owner_searches_in_process_with_the_hits_the_socket_gives(
                 assert [(h["id"], h["entity"]["doc_key"], h["distance"]) for h in local[0]] == [
                     (h["id"], h["entity"]["doc_key"], h["distance"]) for h in remote[0]
                 ]
+        # An option only the socket's servicer translates: left to the socket.
+        assert share.local_search("chunks", **kwargs, consistency_level="Strong") is None
+        assert store._client.search("chunks", **kwargs, consistency_level="Strong")[0]
     finally:
         over_socket.close()
