@@ -81,8 +81,8 @@ class E5SmallEmbedder:
 
     The helpers' spin is also shortened (``GOMP_SPINCOUNT``, read once when the engine's OpenMP
     library loads): at libgomp's default of 300,000 turns, a helper kept a core busy for several
-    ms after each query, while the lookup's vector and lexical searches wanted both cores (3 ms
-    of a 26 ms lookup at 10k chunks). Within one encode the helpers wait far less than 3,000
+    ms after each query, while the lookup's vector and lexical searches wanted both cores (1.5-3 ms
+    of a 25 ms lookup at 10k chunks). Within one encode the helpers wait far less than 3,000
     turns, so encoding speed does not change. A value set in the environment is kept.
     """
 
