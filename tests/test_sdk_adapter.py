@@ -12,7 +12,7 @@ from mcp import Client
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import Context, MCPServer
 
-from server.protocol.sdk import connection_of, lowlevel_server
+from server.protocol.sdk import connection_of, lowlevel_server, registered_tools
 
 
 def test_the_lowlevel_server_is_reachable_and_takes_request_handlers() -> None:
@@ -38,3 +38,19 @@ async def test_a_handshake_session_carries_its_connection_object() -> None:
             await client.call_tool("probe", {})
     # One connection object, the same for both calls of the connection.
     assert len(seen) == 2 and seen[0] is not None and seen[0] is seen[1]
+
+
+async def test_a_registered_tools_output_schema_is_read_live_when_listed() -> None:
+    mcp: MCPServer[Any] = MCPServer("adapter-check")
+
+    @mcp.tool()
+    async def probe() -> dict[str, int]:
+        return {"n": 1}
+
+    (tool,) = registered_tools(mcp)
+    assert tool.name == "probe" and tool.fn_metadata.output_schema is not None
+    tool.fn_metadata.output_schema = {"type": "object", "description": "replaced"}
+    with anyio.fail_after(30):
+        async with Client(mcp, mode="legacy") as client:
+            (listed,) = (await client.list_tools()).tools
+    assert listed.output_schema == {"type": "object", "description": "replaced"}

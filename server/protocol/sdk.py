@@ -1,6 +1,6 @@
 """Every use of the MCP SDK's private attributes, in one place.
 
-The SDK has no public hook for these three needs. ``tests/test_sdk_adapter.py`` checks each
+The SDK has no public hook for these needs. ``tests/test_sdk_adapter.py`` checks each
 attribute on real SDK objects, so an SDK release that renames or removes one fails there, by
 name, instead of somewhere deep in a request.
 """
@@ -11,6 +11,7 @@ from typing import Any
 
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 
 
 def lowlevel_server(mcp: MCPServer[Any]) -> Server[Any]:
@@ -30,3 +31,12 @@ def connection_of(session: object) -> object | None:
     session scope needs; the SDK exposes it only privately.
     """
     return getattr(session, "_connection", None)
+
+
+def registered_tools(mcp: MCPServer[Any]) -> list[Tool]:
+    """The tools registered on an MCPServer, as the SDK keeps them.
+
+    Needed to publish each tool's output schema in its inlined form (``output_schema.py``): the
+    SDK reads ``Tool.fn_metadata.output_schema`` live when it lists the tools.
+    """
+    return mcp._tool_manager.list_tools()

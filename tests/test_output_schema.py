@@ -1,0 +1,137 @@
+"""Tool output schemas are published without $ref and accept exactly what pydantic's form accepts."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from jsonschema import validators
+from mcp import Client
+from pydantic import TypeAdapter
+
+from retrieval.models import KnowledgeMap, LookupResult, ReadResult, ResetResult
+from server.protocol.output_schema import inline_definitions
+
+_DOCUMENT = {
+    "doc_key": "ops/kafka.md",
+    "title": "Kafka",
+    "domain": "ops",
+    "content": "Kafka › Lag\nRestart the consumer.",
+    "sections": ["Lag"],
+    "section_count": 3,
+    "partial": True,
+}
+_BUDGET = {"calls_used": 2, "water_level": "HIGH", "next_call": "STOP", "guidance": "answer now"}
+_DEDUPED = {
+    "found": False,
+    "relevance_level": "DEDUPED",
+    "completeness_hint": "you already hold it",
+    "primary": None,
+    "supplement": [],
+    "retrieved_domains_this_session": ["ops"],
+    "dedup_reason": "doc_retrieved",
+    "already_in_context": [{"doc_key": "ops/kafka.md", "title": "Kafka", "sections": ["Lag"]}],
+    "session_scope": "explicit",
+    "message": "",
+    "budget": _BUDGET,
+}
+_FOUND = {**_DEDUPED, "found": True, "relevance_level": "PRECISE", "dedup_reason": None, "primary": _DOCUMENT}
+
+
+def _set(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return changed
+
+
+_DELETE = object()
+
+# Valid results, then one change each inside a definition the original schema reaches by $ref.
+_CASES = [
+    _DEDUPED,
+    _FOUND,
+    {**_FOUND, "supplement": [_DOCUMENT, _DOCUMENT]},
+    _set(_FOUND, ("budget", "water_level"), None),
+    _set(_FOUND, ("relevance_level",), "GREAT"),
+    _set(_FOUND, ("budget", "water_level"), "FULL"),
+    _set(_FOUND, ("budget", "next_call"), 3),
+    _set(_FOUND, ("budget", "guidance"), _DELETE),
+    _set(_FOUND, ("primary", "content"), _DELETE),
+    _set(_FOUND, ("primary", "section_count"), "three"),
+    _set(_FOUND, ("primary",), "ops/kafka.md"),
+    _set(_FOUND, ("already_in_context", 0, "title"), None),
+    _set(_FOUND, ("dedup_reason",), "other"),
+    {**_FOUND, "supplement": [{"doc_key": "x"}]},
+]
+
+
+def _verdicts(schema: dict[str, Any]) -> list[list[str]]:
+    validator = validators.validator_for(schema)(schema)
+    return [sorted(error.message for error in validator.iter_errors(case)) for case in _CASES]
+
+
+def test_the_lookup_schema_accepts_and_rejects_the_same_documents_inlined() -> None:
+    original = TypeAdapter(LookupResult).json_schema()
+    assert "$defs" in original  # the case this module exists for
+    inlined = inline_definitions(original)
+    assert "$ref" not in json.dumps(inlined) and "$defs" not in inlined
+    verdicts, inlined_verdicts = _verdicts(original), _verdicts(inlined)
+    assert verdicts[:4] == [[], [], [], []]
+    assert all(verdicts[4:]), "each changed case must be invalid"
+    assert inlined_verdicts == verdicts
+
+
+@pytest.mark.parametrize("model", [LookupResult, ReadResult, ResetResult, KnowledgeMap])
+def test_every_result_model_inlines(model: type) -> None:
+    schema = inline_definitions(TypeAdapter(model).json_schema())
+    assert "$ref" not in json.dumps(schema)
+
+
+def test_keywords_beside_a_reference_win_over_the_definition() -> None:
+    schema = {
+        "properties": {"level": {"$ref": "#/$defs/Level", "description": "here"}},
+        "$defs": {"Level": {"type": "string", "description": "there", "enum": ["A"]}},
+    }
+    assert inline_definitions(schema) == {
+        "properties": {"level": {"type": "string", "description": "here", "enum": ["A"]}}
+    }
+
+
+def test_recursive_and_foreign_references_are_refused() -> None:
+    recursive = {
+        "$ref": "#/$defs/Node",
+        "$defs": {"Node": {"properties": {"next": {"$ref": "#/$defs/Node"}}}},
+    }
+    with pytest.raises(ValueError, match="recursive definition 'Node'"):
+        inline_definitions(recursive)
+    with pytest.raises(ValueError, match="only local"):
+        inline_definitions({"$ref": "https://example.com/schema.json"})
+    with pytest.raises(ValueError, match="only local"):
+        inline_definitions({"$ref": "#/$defs/Missing", "$defs": {}})
+
+
+async def test_listed_output_schemas_have_no_references(make_server: Any) -> None:
+    async with Client(make_server(), mode="legacy") as client:
+        tools = (await client.list_tools()).tools
+        schemas = {tool.name: tool.output_schema for tool in tools}
+        assert schemas["lookup_knowledge"] is not None
+        for name, schema in schemas.items():
+            assert schema is None or "$ref" not in json.dumps(schema), name
+        # The SDK's client checks each structured result against the listed schema: a found result
+        # and the DEDUPED repeat both pass it.
+        levels = []
+        for _ in range(2):
+            result = await client.call_tool(
+                "lookup_knowledge", {"query": "ORD-10293"}, meta={"session_id": "s"}
+            )
+            assert not result.is_error and result.structured_content is not None
+            levels.append(result.structured_content["relevance_level"])
+        assert levels[0] in ("PRECISE", "HIGHLY_RELEVANT") and levels[1] == "DEDUPED"
