@@ -127,7 +127,7 @@ def _default_models() -> dict[str, TierModel]:
             on_topic=Logistic(
                 weights={"similarity": 4.9174, "support": 14.5349, "agree": 0.6117, "margin": 3.0445},
                 bias=-0.62,
-                threshold=0.6285,
+                threshold=0.5826,
             ),
             top_right=Logistic(
                 weights={
