@@ -76,21 +76,21 @@ def test_the_search_keeps_the_rarest_terms_within_the_postings_budget() -> None:
     budget = engine.LEXICAL_POSTINGS
     frequency = {"rare": 10, "middle": budget // 2, "common": budget, "commonest": budget * 2}
     stats = TermStats(total=budget * 40, frequency=frequency)
-    kept = engine._searched_terms(stats, stats.weights(), stats.total)
+    kept = engine._searched_terms(stats, engine._useful_terms(stats.weights(), stats.total))
     assert kept == ["rare", "middle"]
 
 
 def test_the_rarest_term_is_searched_even_past_the_budget() -> None:
     budget = engine.LEXICAL_POSTINGS
     stats = TermStats(total=budget * 40, frequency={"a": budget * 3, "b": budget * 4})
-    assert engine._searched_terms(stats, stats.weights(), stats.total) == ["a"]
+    assert engine._searched_terms(stats, engine._useful_terms(stats.weights(), stats.total)) == ["a"]
 
 
 def test_terms_in_over_a_quarter_of_the_chunks_are_left_out_unless_rarest() -> None:
     stats = TermStats(total=100, frequency={"specific": 3, "everywhere": 60})
-    assert engine._searched_terms(stats, stats.weights(), stats.total) == ["specific"]
+    assert engine._useful_terms(stats.weights(), stats.total) == ["specific"]
     only_common = TermStats(total=100, frequency={"everywhere": 60})
-    assert engine._searched_terms(only_common, only_common.weights(), only_common.total) == ["everywhere"]
+    assert engine._useful_terms(only_common.weights(), only_common.total) == ["everywhere"]
 
 
 def test_term_counts_are_read_once_per_catalog_generation(catalog: Catalog) -> None:
@@ -112,3 +112,23 @@ def test_term_counts_are_read_once_per_catalog_generation(catalog: Catalog) -> N
     assert reads[1:] == [sorted(set(terms("请假")))], "only the new terms are read"
     counts.stats(catalog, 2, terms("failover"))
     assert reads[-1] == ["failover"], "a new generation reads afresh"
+
+
+def test_a_hit_is_credited_with_every_useful_term_it_holds_not_only_the_searched_ones(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The postings budget narrows what finds chunks; coverage still counts the terms cut from the search."""
+    query = "数据库 连接池 超时 配置"
+    stats = catalog.term_stats(terms(query))
+    useful = engine._useful_terms(stats.weights(), stats.total)
+    monkeypatch.setattr(engine, "LEXICAL_POSTINGS", 1)  # only the rarest term is searched
+    searched = engine._searched_terms(stats, useful)
+    assert len(searched) == 1 < len(useful)
+    plain = catalog.lexical_search(searched, limit=20)
+    credited = catalog.lexical_search(searched, limit=20, credited=useful)
+    assert [(h.chunk_id, h.score) for h in plain] == [(h.chunk_id, h.score) for h in credited]
+    with sqlite3.connect(catalog.path) as db:
+        for hit in credited:
+            (text,) = db.execute("SELECT terms FROM chunk_terms WHERE chunk_id = ?", (hit.chunk_id,)).fetchone()
+            assert hit.terms == set(useful) & set(text.split())
+    assert any(len(h.terms) > 1 for h in credited), "no hit holds a cut term: the test proves nothing"

@@ -167,3 +167,48 @@ def test_the_owner_searches_in_process_with_the_hits_the_socket_gives(
         assert store._client.search("chunks", **kwargs, consistency_level="Strong")[0]
     finally:
         over_socket.close()
+
+
+def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(store: MilvusVectorStore) -> None:
+    """Only the asked-for columns are read: vectors, dynamic fields, '*' and no list alike."""
+    from pymilvus import DataType, MilvusClient
+
+    client = store._client
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=40)
+    schema.add_field("doc_key", DataType.VARCHAR, max_length=64)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+    index = client.prepare_index_params()
+    index.add_index(field_name="vector", index_type="HNSW", metric_type="COSINE", params={"M": 8})
+    client.create_collection("dynamic", schema=schema, index_params=index)
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((30, DIM)).astype(np.float32)
+    client.upsert(
+        "dynamic",
+        [
+            {"id": f"r{i}", "doc_key": f"d{i}", "vector": v.tolist(), **({"note": f"n{i}"} if i % 2 else {})}
+            for i, v in enumerate(vectors)
+        ],
+    )
+    client.flush("dynamic")
+    client.load_collection("dynamic")
+
+    def hits(output_fields: list[str] | None) -> list[Any]:
+        found = client.search(
+            "dynamic",
+            data=[vectors[4].tolist(), vectors[7].tolist()],
+            limit=6,
+            output_fields=output_fields,
+            search_params={"metric_type": "COSINE", "params": {"ef": 64}},
+        )
+        return [[(h["id"], h["distance"], dict(h["entity"])) for h in per_query] for per_query in found]
+
+    for output_fields in (["doc_key"], ["note"], ["doc_key", "note", "vector"], ["id"], ["*"], [], None):
+        cached = hits(output_fields)
+        with engine_search():
+            own = hits(output_fields)
+        assert cached == own, output_fields
+        assert all(len(per_query) == 6 for per_query in cached)
+    # The dynamic field and the vector came back where asked for: the comparison saw them.
+    both = hits(["note", "vector"])[0]
+    assert any("note" in entity for _, _, entity in both) and all("vector" in entity for _, _, entity in both)
