@@ -37,7 +37,7 @@ DENSE_LIMIT = 48
 LEXICAL_LIMIT = 32
 # Terms in more than this share of chunks say little and make the lexical query slow.
 _COMMON_TERM_SHARE = 0.25
-# FTS5 scores every chunk holding any query term before it keeps the best: about 0.75 us each.
+# FTS5 scores every chunk holding any query term before it keeps the best: about 1 us each.
 # Past this many, the commonest terms (the smallest BM25 weights) are left out of the query. A
 # knowledge base of a few hundred chunks never reaches it; at 10,000 it keeps the search near 2 ms.
 LEXICAL_POSTINGS = 2000
@@ -224,8 +224,13 @@ class KnowledgeEngine:
             weights = stats.weights()
             if not weights:
                 return {}, []
+            useful = _useful_terms(weights, len(self._view.chunks))
+            # The budget bounds which terms find chunks, not what a found chunk is credited with:
+            # its coverage counts every useful term it holds. Credited with the searched terms
+            # only, coverage fell whenever the budget cut a term, and at 10k chunks 72 of 215
+            # HIGHLY_RELEVANT lookups became REFERENCE.
             hits = self._catalog.lexical_search(
-                _searched_terms(stats, weights, len(self._view.chunks)), limit=LEXICAL_LIMIT, domain=domain
+                _searched_terms(stats, useful), limit=LEXICAL_LIMIT, domain=domain, credited=useful
             )
         return weights, hits
 
@@ -307,13 +312,17 @@ def _passage_text(entry: CatalogEntry, chunk: ChunkRecord) -> str:
     return f"{chunk_context(entry.title, chunk.heading)}\n{chunk.text}"
 
 
-def _searched_terms(stats: TermStats, weights: dict[str, float], chunk_count: int) -> list[str]:
-    """The rarer query terms, rarest first, within LEXICAL_POSTINGS; always at least the rarest one."""
+def _useful_terms(weights: dict[str, float], chunk_count: int) -> list[str]:
+    """The query terms worth matching, rarest first: none in over a quarter of the chunks, unless rarest."""
     ceiling = max(weights.values())
     floor = _idf_floor(chunk_count)  # "in a quarter of the chunks"
-    useful = sorted(
+    return sorted(
         (t for t, w in weights.items() if w >= floor or w == ceiling), key=lambda t: (-weights[t], t)
     )
+
+
+def _searched_terms(stats: TermStats, useful: Sequence[str]) -> list[str]:
+    """The rarer useful terms, rarest first, within LEXICAL_POSTINGS; always at least the rarest one."""
     kept: list[str] = []
     postings = 0
     for term in useful:

@@ -245,14 +245,24 @@ class Catalog:
 
     # -- lexical search ----------------------------------------------------------------------
     def lexical_search(
-        self, query_terms: Sequence[str], *, limit: int, domain: str | None = None
+        self,
+        query_terms: Sequence[str],
+        *,
+        limit: int,
+        domain: str | None = None,
+        credited: Sequence[str] | None = None,
     ) -> list[LexicalHit]:
-        """The chunks sharing the most (rare) terms with the query, by BM25, best first."""
+        """The chunks sharing the most (rare) terms with the query, by BM25, best first.
+
+        Each hit's ``terms`` are those of ``credited`` (default: the searched terms) it contains.
+        """
         unique = sorted(set(query_terms))
         if not unique:
             return []
         match = " OR ".join(f'"{t}"' for t in unique)
-        ranked = "SELECT chunk_id, doc_key, -bm25(chunk_terms) AS score, terms FROM chunk_terms WHERE chunk_terms MATCH ?"
+        # rank is bm25(chunk_terms), computed once per matching chunk: selecting bm25() beside
+        # "ORDER BY rank" computed it twice (the FTS query took 2.78 rather than 2.55 ms at 10k).
+        ranked = "SELECT chunk_id, doc_key, -rank AS score, terms FROM chunk_terms WHERE chunk_terms MATCH ?"
         params: list[object] = [match]
         if domain is not None:
             ranked += " AND domain = ?"
@@ -268,7 +278,7 @@ class Catalog:
             f"FROM ({ranked})"
         )
         rows = json.loads(self._db.execute(packed, params).fetchone()[0])
-        wanted = set(unique)
+        wanted = set(unique if credited is None else credited)
         hits = [
             LexicalHit(r[0], r[1], float(r[2]), frozenset(wanted.intersection(r[3].split()))) for r in rows
         ]

@@ -129,6 +129,8 @@ def test_a_hit_is_credited_with_every_useful_term_it_holds_not_only_the_searched
     assert [(h.chunk_id, h.score) for h in plain] == [(h.chunk_id, h.score) for h in credited]
     with sqlite3.connect(catalog.path) as db:
         for hit in credited:
-            (text,) = db.execute("SELECT terms FROM chunk_terms WHERE chunk_id = ?", (hit.chunk_id,)).fetchone()
+            (text,) = db.execute(
+                "SELECT terms FROM chunk_terms WHERE chunk_id = ?", (hit.chunk_id,)
+            ).fetchone()
             assert hit.terms == set(useful) & set(text.split())
     assert any(len(h.terms) > 1 for h in credited), "no hit holds a cut term: the test proves nothing"
