@@ -36,9 +36,9 @@ from storage.text import Language
 if TYPE_CHECKING:
     from retrieval.requests import LookupRequest, Policy
 
-# A supplement must score within this much of the primary's fused score, per tier: a confident
-# answer needs little company, an uncertain one shows its alternatives (up to top_k).
-_SUPPLEMENT_MARGIN = {Tier.HIGHLY_RELEVANT: 0.1, Tier.REFERENCE: 1.0}
+# An uncertain answer shows its alternatives: every top_k document within this of the first
+# (fused scores lie within it). A HIGHLY_RELEVANT one takes the model's fitted supplement_margin.
+_REFERENCE_MARGIN = 1.0
 # Another section of a held document is new content only when the held sections match the
 # question less than this share of how well the new one does. Above it, the question is a
 # rephrasing of the topic the session holds (on the shipped traces, rephrasings scored the held
@@ -260,7 +260,7 @@ def _supplements(
     request: LookupRequest,
     policy: Policy,
 ) -> list[Passage]:
-    margin = 1.0 if policy.supplements == "top_k" else _SUPPLEMENT_MARGIN.get(graded.tier)
+    margin = _supplement_margin(graded.tier, policy)
     if margin is None:
         return []  # PRECISE: nothing more precise exists, the one document is the answer
     floor = candidates[0].score - margin
@@ -272,6 +272,14 @@ def _supplements(
         if passage is not None:
             out.append(passage)
     return out
+
+
+def _supplement_margin(tier: Tier, policy: Policy) -> float | None:
+    if policy.supplements == "top_k" or tier is Tier.REFERENCE:
+        return _REFERENCE_MARGIN
+    if tier is Tier.HIGHLY_RELEVANT:
+        return policy.tier_model.supplement_margin
+    return None
 
 
 def _held(candidates: Sequence[RankedDoc], snapshot: MemorySnapshot | None) -> tuple[str, ...]:

@@ -22,10 +22,12 @@ from retrieval.governance import GovernanceConfig
 from retrieval.logistic import fit_logistic
 from retrieval.models import Tier
 from retrieval.ranking import features, rank
-from retrieval.relevance import Logistic, TierModel
+from retrieval.relevance import DEFAULT_SUPPLEMENT_MARGIN, Logistic, TierModel
 from retrieval.requests import LookupRequest, Policy
 from storage.catalog import ChunkRecord
 
+# The top_k a lookup gets when the agent names none: what a fresh agent is sent.
+DEFAULT_TOP_K = LookupRequest("").top_k
 KINDS = ("code", "paraphrase", "cross", "long", "offtopic", "near")
 OFFSETS = (0.0, 0.01, 0.02, 0.03)
 LEXICAL_WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3)
@@ -105,6 +107,7 @@ class Figures:
     answerable: int = 0  # paraphrase, cross and long
     hit_at_1: int = 0
     delivered: int = 0  # the right document is primary or a supplement
+    documents_sent: int = 0  # documents sent for the answerable questions (what delivery costs)
     answer_in_content: int = 0  # the labelled answer is in the content the agent sees
     with_answer: int = 0
     false_no_match: int = 0  # over every answerable question, codes included
@@ -130,6 +133,9 @@ class Figures:
             "hit_at_1": f"{self.hit_at_1}/{self.answerable}",
             "delivered": f"{self.delivered}/{self.answerable}",
             "delivered_share": round(self.delivered / self.answerable, 3) if self.answerable else None,
+            "documents_per_answer": round(self.documents_sent / self.answerable, 2)
+            if self.answerable
+            else None,
             "answer_in_content": f"{self.answer_in_content}/{self.with_answer}",
             "false_no_match": f"{self.false_no_match}/{self.all_answerable}",
             "false_no_match_share": round(self.false_no_match / self.all_answerable, 3)
@@ -188,6 +194,7 @@ def _count(
     figures.answerable += 1
     figures.hit_at_1 += bool(graded.ranked) and graded.ranked[0].doc_key == query.doc
     figures.delivered += query.doc in delivered
+    figures.documents_sent += len(delivered)
     if query.answer:
         figures.with_answer += 1
         figures.answer_in_content += any(
@@ -219,9 +226,32 @@ def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
     top_model = _fit_or_constant(top_right_rows, top_right, TOP_RIGHT_FEATURES)
     threshold = _precise_enough(top_model.probability, top_right_rows, top_right)
     top_model = top_model.model_copy(update={"threshold": threshold})
-    return TierModel(
+    model = TierModel(
         on_topic=on_model, top_right=top_model, cross_language_offset=offset, lexical_weight=weight
     )
+    return model.model_copy(update={"supplement_margin": _supplement_margin(bases, model)})
+
+
+def _supplement_margin(bases: Sequence[KnowledgeBase], model: TierModel) -> float:
+    """The smallest margin that sends the answer with every HIGHLY_RELEVANT training question.
+
+    Where such a question's first document is not the answer but the answer is among the other
+    top_k, the answer goes as a supplement only if it scores within the margin. Covering every
+    training case mirrors the NO_MATCH rule: a document left out is knowledge lost, one more
+    document costs a read.
+    """
+    gaps = []
+    for kb in bases:
+        for query, evidence in zip(kb.queries, kb.evidence, strict=True):
+            if not query.answerable or query.kind == "code":
+                continue
+            graded = grade_evidence(evidence, kb.view, model)
+            keys = [d.doc_key for d in graded.ranked[:DEFAULT_TOP_K]]
+            if graded.tier is Tier.HIGHLY_RELEVANT and query.doc in keys[1:]:
+                gaps.append(graded.ranked[0].score - graded.ranked[keys.index(query.doc)].score)
+    if not gaps:
+        return DEFAULT_SUPPLEMENT_MARGIN
+    return round(max(gaps) + 1e-4, 4)
 
 
 def _fit_or_constant(

@@ -51,6 +51,10 @@ class Logistic(BaseModel):
         return self.probability(features) >= self.threshold
 
 
+# Hand-set before the margin was fitted; kept for models that do not fit one (bge-m3's).
+DEFAULT_SUPPLEMENT_MARGIN = 0.1
+
+
 class TierModel(BaseModel):
     """How evidence becomes a tier, for one embedder; fitted by the calibrate command.
 
@@ -58,6 +62,7 @@ class TierModel(BaseModel):
       result is NO_MATCH. The threshold is set so that answerable questions almost never fall
       below it: a false NO_MATCH loses knowledge, a false REFERENCE costs one read.
     - ``top_right``: is the top document the answer? At or above: HIGHLY_RELEVANT, else REFERENCE.
+    - ``supplement_margin``: how close another document must score to go with a HIGHLY_RELEVANT one.
     """
 
     model_config = {"frozen": True}
@@ -89,6 +94,13 @@ class TierModel(BaseModel):
         le=2.0,
         description="Weight of the reranker's score (0..1) in the fused ranking; used only while "
         "reranker.enabled is true.",
+    )
+    supplement_margin: float = Field(
+        default=DEFAULT_SUPPLEMENT_MARGIN,
+        ge=0.0,
+        le=2.0,
+        description="A HIGHLY_RELEVANT result also sends each other top_k document whose fused score "
+        "is within this of the first's (REFERENCE sends all of them, PRECISE none).",
     )
 
 

@@ -35,6 +35,7 @@ _COLUMNS = (
     ("false PRECISE", "false_precise"),
     ("hit@1", "hit_at_1"),
     ("delivered", "delivered"),
+    ("docs per answer", "documents_per_answer"),
     ("answer in content", "answer_in_content"),
     ("false NO_MATCH", "false_no_match"),
     ("off-topic NO_MATCH", "offtopic_no_match"),

@@ -142,6 +142,7 @@ def _default_models() -> dict[str, TierModel]:
             ),
             cross_language_offset=0.01,
             lexical_weight=0.3,
+            supplement_margin=0.1818,
         ),
         "bge-m3": TierModel(
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),
