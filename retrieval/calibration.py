@@ -229,10 +229,10 @@ def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
     model = TierModel(
         on_topic=on_model, top_right=top_model, cross_language_offset=offset, lexical_weight=weight
     )
-    return model.model_copy(update={"supplement_margin": _supplement_margin(bases, model)})
+    return model.model_copy(update={"supplement_margin": _fit_supplement_margin(bases, model)})
 
 
-def _supplement_margin(bases: Sequence[KnowledgeBase], model: TierModel) -> float:
+def _fit_supplement_margin(bases: Sequence[KnowledgeBase], model: TierModel) -> float:
     """The smallest margin that sends the answer with every HIGHLY_RELEVANT training question.
 
     Where such a question's first document is not the answer but the answer is among the other

@@ -24,7 +24,7 @@ from retrieval.embedders import QueryEncoding
 from retrieval.models import DomainInfo, KnowledgeMap
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
-from storage.catalog import Catalog, CatalogEntry, ChunkRecord, LexicalHit, TermStats
+from storage.catalog import Catalog, CatalogEntry, ChunkRecord, LexicalHit, TermStats, bm25_idf
 from storage.documents import chunk_context
 from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
 from storage.text import detect_language, terms
@@ -334,8 +334,7 @@ def _searched_terms(stats: TermStats, useful: Sequence[str]) -> list[str]:
 
 
 def _idf_floor(chunk_count: int) -> float:
-    df = chunk_count * _COMMON_TERM_SHARE
-    return float(np.log(1 + (chunk_count - df + 0.5) / (df + 0.5)))
+    return bm25_idf(chunk_count, chunk_count * _COMMON_TERM_SHARE)
 
 
 def _visible_dense(view: KnowledgeView, hits: Sequence[ChunkHit], query_language: str) -> list[DenseHit]:

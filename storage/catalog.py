@@ -112,6 +112,11 @@ class PlannedChunk:
     lexical_weights: Mapping[str, float] | None = None
 
 
+def bm25_idf(total: float, frequency: float) -> float:
+    """BM25's inverse document frequency of a term held by ``frequency`` of ``total`` chunks."""
+    return math.log(1 + (total - frequency + 0.5) / (frequency + 0.5))
+
+
 @dataclass(frozen=True)
 class TermStats:
     """How many visible chunks there are, and how many hold each query term."""
@@ -123,8 +128,7 @@ class TermStats:
         """BM25's inverse document frequency of each term (empty when there are no chunks)."""
         if not self.total:
             return {}
-        n = self.total
-        return {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t, df in self.frequency.items()}
+        return {t: bm25_idf(self.total, df) for t, df in self.frequency.items()}
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ def test_the_fitted_margin_covers_every_highly_relevant_answer_ranked_below_firs
         (LabelledQuery("q7", None, kind="offtopic"), _graded(Tier.HIGHLY_RELEVANT, ("a", 0.9), ("b", 0.0))),
     ]
     model: Any = None
-    assert calibration._supplement_margin([_base(cases)], model) == pytest.approx(0.1201)
-    assert calibration._supplement_margin([_base(cases[2:])], model) == DEFAULT_SUPPLEMENT_MARGIN
+    assert calibration._fit_supplement_margin([_base(cases)], model) == pytest.approx(0.1201)
+    assert calibration._fit_supplement_margin([_base(cases[2:])], model) == DEFAULT_SUPPLEMENT_MARGIN
 
 
 def _config(tmp_path: Path, margin: float) -> Path:

@@ -36,15 +36,11 @@ def _inline(node: Any, definitions: dict[str, Any], expanding: tuple[str, ...]) 
     ref = node.get("$ref")
     if ref is None:
         return {key: _inline(value, definitions, expanding) for key, value in node.items()}
-    if (
-        not isinstance(ref, str)
-        or not ref.startswith(_LOCAL_DEFS)
-        or ref[len(_LOCAL_DEFS) :] not in definitions
-    ):
+    name = ref.removeprefix(_LOCAL_DEFS) if isinstance(ref, str) else None
+    if name is None or name == ref or name not in definitions:
         raise ValueError(
             f"cannot inline the reference {ref!r}: only local #/$defs/ definitions are supported"
         )
-    name = ref[len(_LOCAL_DEFS) :]
     if name in expanding:
         raise ValueError(f"cannot inline the recursive definition {name!r}")
     definition = _inline(definitions[name], definitions, (*expanding, name))
