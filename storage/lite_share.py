@@ -229,9 +229,12 @@ class _Share:
             if self._server is None:
                 return
             self._server.stop(grace=1.0).wait()
-            self._db.close()
+            # Only while the lock is ours: once it is released a survivor may bind this same path,
+            # and removing the file then would leave it serving a socket nobody can reach.
+            # (gRPC removes the file on stop already; this covers a stop that did not.)
             with contextlib.suppress(FileNotFoundError):
                 self.socket.unlink()
+            self._db.close()
             self._db, self._server = None, None
 
 

@@ -121,3 +121,29 @@ def test_a_holder_that_does_not_share_the_directory_stops_serve_naming_its_pid(d
     assert f"is held by PID {os.getpid()} " in errors[0]
     assert "stop that process, use another --data-dir, or set milvus.uri to a Milvus server" in errors[0]
     assert proc.stdout == ""
+
+
+@pytest.mark.lite_only
+def test_an_owner_that_exits_leaves_the_socket_of_the_survivor_that_took_over(tmp_path: Path) -> None:
+    """The survivor can take the lock the moment the owner releases it; the owner must not then
+    remove the socket file, which is by then the survivor's (a lost file is a lasting outage)."""
+    db_path = tmp_path / "milvus.db"
+    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
+    owner.ensure(timeout_s=10)
+    assert owner.owned
+    survivor.ensure(timeout_s=10)
+    assert not survivor.owned  # reached over the owner's socket
+    db = owner._db
+    close = db.close
+
+    def close_then_survivor_takes_over() -> None:
+        close()
+        assert survivor._try_own()
+
+    db.close = close_then_survivor_takes_over
+    try:
+        owner.disown()
+        assert survivor.owned
+        assert lite_share.socket_answers(survivor.socket)
+    finally:
+        survivor.disown()
