@@ -73,8 +73,8 @@ def explain(key: str, results: dict[str, Any]) -> str:
             f"Above the floor: the MCP client and server ({_n(_g(ref, 'lookup_main_thread_cpu_ms', 'median'), 2)} ms "
             "of event-loop CPU, the client's check of the structured result against the tool's output schema "
             f"included), the invocation-log commit ({_n(_g(ref, 'log_commit_ms', 'median'), 2)} ms median in the "
-            "server), grading, and the lexical search, which runs beside the vector search and sometimes ends "
-            f"after it ({shares.get('waiting for the lexical search', '?')}% of the profile waits for it).{busy}"
+            "server), grading, and the lexical search, in memory "
+            f"({shares.get('lexical search', '?')}% of the profile).{busy}"
         )
     if key in ("repeated", "blocked"):
         name = "repeated_ms" if key == "repeated" else "blocked_ms"

@@ -330,8 +330,7 @@ _PARTS = {
     "query embedding": (("embed_queries", "embedders.py"),),
     # Over the socket (another process's Lite, a Milvus server), or in the process serving Lite.
     "Milvus search": (("search", "milvus_client.py"), ("local_search", "lite_share.py")),
-    # The lexical search runs on a pool thread; the profile sees only the wait for it.
-    "waiting for the lexical search": (("result", "_base.py"),),
+    "lexical search": (("search", "lexical_index.py"),),
     "invocation log": (("record", "invocation_log.py"),),
 }
 

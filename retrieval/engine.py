@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -24,9 +23,10 @@ from retrieval.embedders import QueryEncoding
 from retrieval.models import DomainInfo, KnowledgeMap
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
-from storage.catalog import Catalog, CatalogEntry, ChunkRecord, LexicalHit, TermStats, bm25_idf
+from storage.catalog import Catalog, CatalogEntry, ChunkRecord
 from storage.documents import chunk_context
 from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
+from storage.lexical_index import LexicalHit, LexicalIndex, bm25_idf
 from storage.text import detect_language, terms
 from storage.vector_store import ChunkHit
 
@@ -35,38 +35,8 @@ from storage.vector_store import ChunkHit
 # and the ranking adds the calibrated offset back.
 DENSE_LIMIT = 48
 LEXICAL_LIMIT = 32
-# Terms in more than this share of chunks say little and make the lexical query slow.
+# Terms in more than this share of chunks say little (and are most of the postings to score).
 _COMMON_TERM_SHARE = 0.25
-# FTS5 scores every chunk holding any query term before it keeps the best: about 1 us each.
-# Past this many, the commonest terms (the smallest BM25 weights) are left out of the query. A
-# knowledge base of a few hundred chunks never reaches it; at 10,000 it keeps the search near 2 ms.
-LEXICAL_POSTINGS = 2000
-
-
-class TermCounts:
-    """How many chunks hold each term, kept per catalog generation.
-
-    Queries share most of their words, and reading the counts from FTS5's vocabulary took about
-    1 ms of a lookup's lexical search at 10k chunks; the counts change only with the catalog.
-    Callers hold the engine's catalog lock.
-    """
-
-    def __init__(self, size: int = 50_000) -> None:
-        self._size = size
-        self._generation: int | None = None
-        self._total = 0
-        self._counts: dict[str, int] = {}
-
-    def stats(self, catalog: Catalog, generation: int, query_terms: Sequence[str]) -> TermStats:
-        if generation != self._generation or len(self._counts) > self._size:
-            self._generation, self._total, self._counts = generation, 0, {}
-        unique = sorted(set(query_terms))
-        missing = [t for t in unique if t not in self._counts]
-        if missing:
-            read = catalog.term_stats(missing)
-            self._total = read.total
-            self._counts.update(read.frequency)
-        return TermStats(self._total, {t: self._counts[t] for t in unique})
 
 
 class VectorSearch(Protocol):
@@ -113,6 +83,7 @@ class KnowledgeView:
     entries: dict[str, CatalogEntry]
     keywords: KeywordIndex
     chunks: dict[str, tuple[str, int, str]]  # chunk_id -> (doc_key, index, language)
+    lexical: LexicalIndex
 
     @classmethod
     def load(cls, catalog: Catalog) -> KnowledgeView:
@@ -121,7 +92,7 @@ class KnowledgeView:
         index = KeywordIndex(
             KeywordEntry(e.doc_key, e.domain, e.title, e.keywords, e.identifiers) for e in entries.values()
         )
-        return cls(generation, entries, index, catalog.chunk_index())
+        return cls(generation, entries, index, catalog.chunk_index(), LexicalIndex(catalog.term_rows()))
 
     # Computed once per snapshot: scanning every entry on each lookup grew linearly with the corpus.
     @cached_property
@@ -156,7 +127,6 @@ class KnowledgeEngine:
         self._catalog_lock = threading.Lock()  # one sqlite3 connection, used from several threads
         self._evidence: OrderedDict[tuple[int, str, str | None], Evidence] = OrderedDict()
         self._evidence_size = evidence_cache_size
-        self._term_counts = TermCounts()
         self.searches = 0  # how many times the store was searched (tests assert on it)
 
     @property
@@ -188,13 +158,10 @@ class KnowledgeEngine:
         cached = self.cached_evidence(query, domain)
         if cached is not None:
             return cached
-        # The lexical search runs on the pool while Milvus searches. Not during the embedding: the
-        # embedder's threads use every core, and a query beside them slowed both.
         encoding = self._embedder.encode_query(query)
-        lexical = _search_pool().submit(self._lexical, query, domain)
         hits = self._store.search(encoding.vector, limit=DENSE_LIMIT, domain=domain)
         self.searches += 1
-        weights, lexical_hits = lexical.result()
+        weights, lexical_hits = _lexical(view, query, domain)
         l0 = tuple(view.keywords.match(query, domain))
         dense = tuple(_visible_dense(view, hits, detect_language(query)))
         visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
@@ -217,22 +184,6 @@ class KnowledgeEngine:
             while len(self._evidence) > self._evidence_size:
                 self._evidence.popitem(last=False)
         return evidence
-
-    def _lexical(self, query: str, domain: str | None) -> tuple[dict[str, float], list[LexicalHit]]:
-        with self._catalog_lock:
-            stats = self._term_counts.stats(self._catalog, self._view.generation, terms(query))
-            weights = stats.weights()
-            if not weights:
-                return {}, []
-            useful = _useful_terms(weights, len(self._view.chunks))
-            # The budget bounds which terms find chunks, not what a found chunk is credited with:
-            # its coverage counts every useful term it holds. Credited with the searched terms
-            # only, coverage fell whenever the budget cut a term: over 300 fresh queries at 10k
-            # chunks, HIGHLY_RELEVANT fell from 215 (no budget) to 108; credited, it is 204.
-            hits = self._catalog.lexical_search(
-                _searched_terms(stats, useful), limit=LEXICAL_LIMIT, domain=domain, credited=useful
-            )
-        return weights, hits
 
     def _sparse(
         self, query: LexicalWeights, dense: Sequence[DenseHit], lexical: Sequence[LexicalHit]
@@ -312,6 +263,17 @@ def _passage_text(entry: CatalogEntry, chunk: ChunkRecord) -> str:
     return f"{chunk_context(entry.title, chunk.heading)}\n{chunk.text}"
 
 
+def _lexical(
+    view: KnowledgeView, query: str, domain: str | None
+) -> tuple[dict[str, float], list[LexicalHit]]:
+    """The query terms' weights, and the chunks sharing its useful terms by BM25."""
+    weights = view.lexical.stats(terms(query)).weights()
+    if not weights:
+        return {}, []
+    useful = _useful_terms(weights, len(view.chunks))
+    return weights, view.lexical.search(useful, limit=LEXICAL_LIMIT, domain=domain)
+
+
 def _useful_terms(weights: dict[str, float], chunk_count: int) -> list[str]:
     """The query terms worth matching, rarest first: none in over a quarter of the chunks, unless rarest."""
     ceiling = max(weights.values())
@@ -319,18 +281,6 @@ def _useful_terms(weights: dict[str, float], chunk_count: int) -> list[str]:
     return sorted(
         (t for t, w in weights.items() if w >= floor or w == ceiling), key=lambda t: (-weights[t], t)
     )
-
-
-def _searched_terms(stats: TermStats, useful: Sequence[str]) -> list[str]:
-    """The rarer useful terms, rarest first, within LEXICAL_POSTINGS; always at least the rarest one."""
-    kept: list[str] = []
-    postings = 0
-    for term in useful:
-        postings += stats.frequency[term]
-        if kept and postings > LEXICAL_POSTINGS:
-            break
-        kept.append(term)
-    return kept
 
 
 def _idf_floor(chunk_count: int) -> float:
@@ -348,19 +298,6 @@ def _visible_dense(view: KnowledgeView, hits: Sequence[ChunkHit], query_language
         cross = language in ("zh", "en") and language != query_language
         out.append(DenseHit(hit.chunk_id, known[0], hit.score, cross))
     return out
-
-
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def _search_pool() -> ThreadPoolExecutor:
-    """One process-wide pool for the lexical search (engines come and go in tests)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lexical-search")
-        return _pool
 
 
 def _domain_info(name: str, entries: Sequence[CatalogEntry]) -> DomainInfo:

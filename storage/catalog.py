@@ -8,6 +8,8 @@ being changed, so an ingest killed half-way is repaired by the next one.
 
 The chunk text also feeds an FTS5 table of lexical terms (storage.text.terms): the second
 retrieval signal, in the same file and the same transaction, so it works with every Milvus.
+Lookups score those terms in memory (storage.lexical_index); FTS5 answers which documents hold
+every word of a keyword.
 With BGE-M3, each chunk's lexical weights (token id -> weight, from the forward pass that
 gave its vector) are a JSON column of its row, written in that same transaction.
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.documents import Document
+from storage.lexical_index import TermRow
 from storage.text import terms
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "4"
+# chunk_vocab (an fts5vocab table) is no longer created; it is listed so that a layout change drops it.
 _TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "meta")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -59,7 +62,6 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_key, chunk_index);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
     chunk_id UNINDEXED, doc_key UNINDEXED, domain UNINDEXED, terms, tokenize = "unicode61 tokenchars '_'"
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS chunk_vocab USING fts5vocab(chunk_terms, 'row');
 CREATE TABLE IF NOT EXISTS pending (
     doc_key TEXT PRIMARY KEY,
     content_hash TEXT,
@@ -110,33 +112,6 @@ class PlannedChunk:
     # Token id -> weight (BGE-M3), when this chunk was just embedded by a model that gives them.
     # None for a chunk that kept its id: its stored weights are kept.
     lexical_weights: Mapping[str, float] | None = None
-
-
-def bm25_idf(total: float, frequency: float) -> float:
-    """BM25's inverse document frequency of a term held by ``frequency`` of ``total`` chunks."""
-    return math.log(1 + (total - frequency + 0.5) / (frequency + 0.5))
-
-
-@dataclass(frozen=True)
-class TermStats:
-    """How many visible chunks there are, and how many hold each query term."""
-
-    total: int
-    frequency: dict[str, int]
-
-    def weights(self) -> dict[str, float]:
-        """BM25's inverse document frequency of each term (empty when there are no chunks)."""
-        if not self.total:
-            return {}
-        return {t: bm25_idf(self.total, df) for t, df in self.frequency.items()}
-
-
-@dataclass(frozen=True)
-class LexicalHit:
-    chunk_id: str
-    doc_key: str
-    score: float  # BM25, higher is better
-    terms: frozenset[str]  # the query terms this chunk contains
 
 
 class Catalog:
@@ -247,47 +222,11 @@ class Catalog:
             found.update((r[0], json.loads(r[1])) for r in rows)
         return found
 
-    # -- lexical search ----------------------------------------------------------------------
-    def lexical_search(
-        self,
-        query_terms: Sequence[str],
-        *,
-        limit: int,
-        domain: str | None = None,
-        credited: Sequence[str] | None = None,
-    ) -> list[LexicalHit]:
-        """The chunks sharing the most (rare) terms with the query, by BM25, best first.
-
-        Each hit's ``terms`` are those of ``credited`` (default: the searched terms) it contains.
-        """
-        unique = sorted(set(query_terms))
-        if not unique:
-            return []
-        match = " OR ".join(f'"{t}"' for t in unique)
-        # rank is bm25(chunk_terms), computed once per matching chunk: selecting bm25() beside
-        # "ORDER BY rank" computed it twice (the FTS query took 2.78 rather than 2.55 ms at 10k).
-        ranked = "SELECT chunk_id, doc_key, -rank AS score, terms FROM chunk_terms WHERE chunk_terms MATCH ?"
-        params: list[object] = [match]
-        if domain is not None:
-            ranked += " AND domain = ?"
-            params.append(domain)
-        ranked += " ORDER BY rank LIMIT ?"
-        params.append(limit)
-        # One row holding every hit: sqlite3 takes the interpreter lock back after each row, and
-        # a lookup runs this beside Milvus Lite's Python search, so each row waited for it (the
-        # lexical step took 8.0 ms in a lookup at 10k chunks, 6.7 ms as one row). '%!.17g' prints
-        # a float that reads back bit for bit.
-        packed = (
-            "SELECT json_group_array(json_array(chunk_id, doc_key, printf('%!.17g', score), terms)) "
-            f"FROM ({ranked})"
-        )
-        rows = json.loads(self._db.execute(packed, params).fetchone()[0])
-        wanted = set(unique if credited is None else credited)
-        hits = [
-            LexicalHit(r[0], r[1], float(r[2]), frozenset(wanted.intersection(r[3].split()))) for r in rows
-        ]
-        hits.sort(key=lambda h: -h.score)  # the order SQLite kept, made certain (stable for ties)
-        return hits
+    # -- lexical terms ----------------------------------------------------------------------
+    def term_rows(self) -> list[TermRow]:
+        """Every visible chunk's lexical terms, in rowid order (what storage.lexical_index reads)."""
+        rows = self._db.execute("SELECT chunk_id, doc_key, domain, terms FROM chunk_terms ORDER BY rowid")
+        return [TermRow(*row) for row in rows]
 
     def documents_containing(self, all_terms: Sequence[str], *, limit: int = 3) -> set[str]:
         """Up to ``limit`` documents whose chunks contain every one of the terms."""
@@ -299,22 +238,6 @@ class Catalog:
             "SELECT DISTINCT doc_key FROM chunk_terms WHERE chunk_terms MATCH ? LIMIT ?", (match, limit)
         )
         return {r[0] for r in rows}
-
-    def term_stats(self, query_terms: Sequence[str]) -> TermStats:
-        """The number of visible chunks, and of those holding each query term (0 for unknown terms)."""
-        unique = sorted(set(query_terms))
-        if not unique:
-            return TermStats(0, {})
-        marks = ",".join("?" * len(unique))
-        # One statement, one row (see lexical_search). The chunks table, not the FTS table it
-        # mirrors row for row: count(*) over an FTS5 table reads all of it (5.6 ms at 10k chunks).
-        total, frequencies = self._db.execute(
-            "SELECT (SELECT count(*) FROM chunks), "
-            f"(SELECT json_group_object(term, doc) FROM chunk_vocab WHERE term IN ({marks}))",
-            unique,
-        ).fetchone()
-        found = json.loads(frequencies)
-        return TermStats(int(total), {t: int(found.get(t, 0)) for t in unique})
 
     # -- ingest ------------------------------------------------------------------------------
     def pending(self) -> dict[str, tuple[str | None, list[str]]]:

@@ -7,6 +7,7 @@ from retrieval.models import Tier
 from retrieval.service import _GradeCache
 from server.config.settings import load_settings
 from storage.keyword_index import KeywordIndex
+from storage.lexical_index import LexicalIndex
 
 
 def _evidence(query: str) -> Evidence:
@@ -15,7 +16,7 @@ def _evidence(query: str) -> Evidence:
 
 def test_a_repeat_reuses_the_grade_and_a_new_model_view_or_evidence_does_not() -> None:
     model = load_settings(None).tier_model
-    view = KnowledgeView(1, {}, KeywordIndex([]), {})
+    view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
     cache = _GradeCache(size=2)
     evidence = _evidence("q")
     first = cache.grade(evidence, view, model)
@@ -23,13 +24,16 @@ def test_a_repeat_reuses_the_grade_and_a_new_model_view_or_evidence_does_not() -
     assert cache.grade(evidence, view, model) is first
     # Equal but not the same: a reloaded model, a new catalog view, a fresh retrieval.
     assert cache.grade(evidence, view, model.model_copy()) is not first
-    assert cache.grade(evidence, KnowledgeView(2, {}, KeywordIndex([]), {}), model) is not first
+    assert (
+        cache.grade(evidence, KnowledgeView(2, {}, KeywordIndex([]), {}, LexicalIndex([])), model)
+        is not first
+    )
     assert cache.grade(_evidence("q"), view, model) is not first
 
 
 def test_the_cache_keeps_only_the_most_recent_grades() -> None:
     model = load_settings(None).tier_model
-    view = KnowledgeView(1, {}, KeywordIndex([]), {})
+    view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
     cache = _GradeCache(size=2)
     kept = [_evidence(f"q{i}") for i in range(3)]
     first = cache.grade(kept[0], view, model)
