@@ -99,6 +99,14 @@ def rank(
 
 
 def _ranked_doc(doc_key: str, chunks: list[ChunkScore], l0: bool, floor: float) -> RankedDoc:
+    if len(chunks) == 1:
+        # Most candidate documents have one candidate chunk: its own figures, without the scans
+        # (grading took 1.2 ms of a lookup at 10k chunks, most of it here, for ~76 documents).
+        (only,) = chunks
+        bonus = L0_BONUS if l0 else 0.0
+        return RankedDoc(
+            doc_key, only.fused + bonus, only.similarity, only.coverage, (only,), l0, only.sparse
+        )
     chunks.sort(key=lambda c: (-c.fused, c.chunk_id))
     sims = [c.similarity for c in chunks if c.similarity is not None]
     return RankedDoc(

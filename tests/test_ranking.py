@@ -1,0 +1,55 @@
+"""The fused ranking of documents: a document's score and figures come from its best chunk."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.engine import DenseHit, Evidence
+from retrieval.ranking import L0_BONUS, rank
+from storage.keyword_index import L0Hit
+from storage.lexical_index import LexicalHit
+
+QUERY = "redis failover timeout"
+WEIGHTS = (("failover", 2.0), ("redis", 1.0), ("timeout", 1.0))
+
+
+def _evidence() -> Evidence:
+    return Evidence(
+        query=QUERY,
+        l0=(L0Hit("one.md", "keyword", "redis"),),
+        specific_keyword_docs=(),
+        dense=(
+            DenseHit("one#0", "one.md", 0.80, cross_language=False),
+            DenseHit("two#0", "two.md", 0.70, cross_language=True),
+            DenseHit("two#1", "two.md", 0.86, cross_language=False),
+            DenseHit("two#2", "two.md", 0.60, cross_language=False),
+        ),
+        lexical=(
+            LexicalHit("two#2", "two.md", 9.0, frozenset({"failover", "redis"})),
+            LexicalHit("three#0", "three.md", 3.0, frozenset({"timeout"})),
+        ),
+        term_weights=WEIGHTS,
+    )
+
+
+def test_a_document_is_scored_by_its_best_chunk_plus_the_exact_match_bonus() -> None:
+    by_doc = {d.doc_key: d for d in rank(_evidence(), cross_language_offset=0.05, lexical_weight=0.5)}
+    one, two, three = by_doc["one.md"], by_doc["two.md"], by_doc["three.md"]
+    # A document with one candidate chunk: that chunk's figures, and the L0 bonus when named.
+    assert (one.score, one.similarity, one.coverage, one.l0) == (0.80 + L0_BONUS, 0.80, 0.0, True)
+    assert [c.chunk_id for c in one.chunks] == ["one#0"]
+    # Found by the lexical search alone: scored as the weakest dense hit, plus its coverage.
+    assert three.similarity is None
+    assert three.score == pytest.approx(0.60 + 0.5 * 0.25)
+    # Several chunks: best first; the document keeps the best similarity and coverage of any.
+    assert [c.chunk_id for c in two.chunks] == ["two#2", "two#1", "two#0"]
+    assert two.score == pytest.approx(0.60 + 0.5 * 0.75)
+    assert two.similarity == pytest.approx(0.86)
+    assert two.coverage == pytest.approx(0.75)
+    assert not two.l0
+
+
+def test_documents_come_best_first() -> None:
+    ranked = rank(_evidence(), cross_language_offset=0.05, lexical_weight=0.5)
+    assert [d.doc_key for d in ranked] == ["two.md", "one.md", "three.md"]
+    assert [d.score for d in ranked] == sorted((d.score for d in ranked), reverse=True)
