@@ -20,7 +20,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,10 +223,10 @@ class Catalog:
         return found
 
     # -- lexical terms ----------------------------------------------------------------------
-    def term_rows(self) -> list[TermRow]:
-        """Every visible chunk's lexical terms, in rowid order (what storage.lexical_index reads)."""
+    def term_rows(self) -> Iterator[TermRow]:
+        """Every visible chunk's lexical terms, in rowid order, one row at a time (storage.lexical_index)."""
         rows = self._db.execute("SELECT chunk_id, doc_key, domain, terms FROM chunk_terms ORDER BY rowid")
-        return [TermRow(*row) for row in rows]
+        return (TermRow(*row) for row in rows)
 
     def documents_containing(self, all_terms: Sequence[str], *, limit: int = 3) -> set[str]:
         """Up to ``limit`` documents whose chunks contain every one of the terms."""
