@@ -267,10 +267,11 @@ def _lexical(
     view: KnowledgeView, query: str, domain: str | None
 ) -> tuple[dict[str, float], list[LexicalHit]]:
     """The query terms' weights, and the chunks sharing its useful terms by BM25."""
-    weights = view.lexical.stats(terms(query)).weights()
+    stats = view.lexical.stats(terms(query))
+    weights = stats.weights()
     if not weights:
         return {}, []
-    useful = _useful_terms(weights, len(view.chunks))
+    useful = _useful_terms(weights, stats.total)  # the same chunk count the weights were taken over
     return weights, view.lexical.search(useful, limit=LEXICAL_LIMIT, domain=domain)
 
 
