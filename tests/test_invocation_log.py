@@ -72,11 +72,27 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def log(tmp_path: Path) -> Any:
-    opened = await InvocationLog.open(tmp_path / "log.sqlite", log_queries=True)
+@pytest.fixture(params=["FULL", "NORMAL"])
+async def log(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """A log whose commits sync (written on its thread) or do not (the server's: on the event loop)."""
+    opened = await InvocationLog.open(tmp_path / "log.sqlite", log_queries=True, synchronous=request.param)
     yield opened
     await opened.close()
+
+
+def count_hops(log: InvocationLog, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the functions submitted to the log's thread from now on."""
+    executor = log._executor
+    assert executor is not None
+    hops = [0]
+    submit = executor.submit
+
+    def counting_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(executor, "submit", counting_submit)
+    return hops
 
 
 # -- migrations ------------------------------------------------------------------------------
@@ -209,9 +225,12 @@ def wal_commits(path: Path) -> int:
     return commits
 
 
-async def test_a_record_is_one_hop_and_one_transaction_with_its_memory_and_gap(
-    log: InvocationLog, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("synchronous", "hops_per_record"), [("FULL", 1), ("NORMAL", 0)])
+async def test_a_record_is_one_transaction_with_its_memory_and_gap_in_at_most_one_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synchronous: Any, hops_per_record: int
 ) -> None:
+    """A syncing commit goes to the log's thread; one that only writes the page cache runs inline."""
+    log = await InvocationLog.open(tmp_path / "log.sqlite", log_queries=True, synchronous=synchronous)
     with anyio.fail_after(30):
         assert await log.record(make_record(call_index=1))
         # A missed row leaves a gap to write with the next one.
@@ -228,30 +247,65 @@ async def test_a_record_is_one_hop_and_one_transaction_with_its_memory_and_gap(
         assert executor is not None
         worker = await asyncio.get_running_loop().run_in_executor(executor, threading.current_thread)
         assert worker.name.startswith("invocation-log")
-        hops = 0
-        submit = executor.submit
-
-        def counting_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            nonlocal hops
-            hops += 1
-            return submit(fn, *args, **kwargs)
-
-        monkeypatch.setattr(executor, "submit", counting_submit)
+        hops = count_hops(log, monkeypatch)
         commits = wal_commits(log.path)
         assert await log.record(make_record(call_index=3))
-        assert hops == 1
+        assert hops == [hops_per_record]
         assert wal_commits(log.path) == commits + 1
         assert [r["call_index"] for r in rows(log.path)] == [1, 3]
         assert [r["missed"] for r in rows(log.path, "SELECT missed FROM log_gap")] == [1]
         assert [r["session_key"] for r in rows(log.path, "SELECT session_key FROM session_memory")] == ["s1"]
 
-        hops = 0
+        hops[0] = 0
         assert [key for key, _, _ in await log.load_memories(ttl_seconds=1800)] == ["s1"]
-        assert hops == 1
+        assert hops == [1]
 
         await log.close()
         worker.join(timeout=5)
         assert not worker.is_alive()
+
+
+async def test_a_write_that_must_wait_for_the_lock_waits_on_the_log_thread_not_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock: the row waits for it off the event loop, then lands."""
+    log = await InvocationLog.open(
+        tmp_path / "log.sqlite", log_queries=True, synchronous="NORMAL", busy_timeout_s=10.0
+    )
+    try:
+        with anyio.fail_after(30):
+            assert await log.record(make_record(call_index=1))
+            hops = count_hops(log, monkeypatch)
+            blocker = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
+            blocker.execute("BEGIN IMMEDIATE")
+            release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticker = asyncio.create_task(tick())
+            release.start()
+            try:
+                assert await log.record(make_record(call_index=2))
+            finally:
+                ticker.cancel()
+                release.join()
+                blocker.close()
+            # Waited on the thread: the loop kept running (a write waiting on the loop gets no tick).
+            assert hops == [1]
+            assert ticks >= 10
+            assert log.failures == 0
+            assert [r["call_index"] for r in rows(log.path)] == [1, 2]
+            # The connection's own busy timeout is back once the lock is free again.
+            assert await log.execute_on_connection("PRAGMA busy_timeout") == [(10_000,)]
+            assert await log.record(make_record(call_index=3))
+            assert hops == [2]  # execute_on_connection; the row itself went inline again
+    finally:
+        await log.close()
 
 
 async def test_a_removed_log_file_is_recreated_and_later_rows_land_in_it(log: InvocationLog) -> None:
