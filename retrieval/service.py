@@ -60,27 +60,31 @@ class LookupOutcome:
 
 
 class _GradeCache:
-    """The grades of recent evidence, per view and tier model.
+    """The grades of recent evidence, for the current view, per tier model.
 
     Agents repeat identical calls; the engine already keeps their evidence, and this keeps the
     ranking of it (about 1 ms at 10k chunks), so a repeat costs only the plan and the accounting.
-    Keys are identities, checked on a hit: a reloaded tier model or a new view grades afresh.
+    Keys are identities, checked on a hit: a reloaded tier model grades afresh. A new view
+    (another catalog generation) empties the cache, which holds no view: a replaced view, with
+    its chunk map and postings, is freed as soon as the lookups using it end.
     """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[int, int, int], tuple[Evidence, KnowledgeView, TierModel, Graded]] = (
-            OrderedDict()
-        )
+        self._generation: int | None = None
+        self._items: OrderedDict[tuple[int, int], tuple[Evidence, TierModel, Graded]] = OrderedDict()
 
     def grade(self, evidence: Evidence, view: KnowledgeView, model: TierModel) -> Graded:
-        key = (id(evidence), id(view), id(model))
+        if view.generation != self._generation:
+            self._items.clear()
+            self._generation = view.generation
+        key = (id(evidence), id(model))
         hit = self._items.get(key)
-        if hit is not None and hit[0] is evidence and hit[1] is view and hit[2] is model:
+        if hit is not None and hit[0] is evidence and hit[1] is model:
             self._items.move_to_end(key)
-            return hit[3]
+            return hit[2]
         graded = grade_evidence(evidence, view, model)
-        self._items[key] = (evidence, view, model, graded)
+        self._items[key] = (evidence, model, graded)
         if len(self._items) > self._size:
             self._items.popitem(last=False)
         return graded

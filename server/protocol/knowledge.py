@@ -49,7 +49,9 @@ class KnowledgeCalls:
         }
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
             service = await self.resources.lookup_service()
-            if not service.engine.view().entries:
+            view = service.engine.view()
+            self.resources.heap.settle(view.generation)
+            if not view.entries:
                 # Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge
                 # base, when the fix is an ingest the operator has to run.
                 raise ToolError(empty_knowledge_base_message(self.resources.settings.data_dir))

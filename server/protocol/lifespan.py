@@ -22,6 +22,7 @@ from retrieval.tracker import Clock, SessionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
+from server.heap import ServingHeap
 from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
 from storage.vector_store import MilvusVectorStore
@@ -60,6 +61,7 @@ class AppResources:
         self.runtime: Runtime | None = None
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
+        self.heap = ServingHeap()
         self.started_at = time.time()
 
     @property
@@ -74,6 +76,7 @@ class AppResources:
                 return
             settings = self.settings
             prepare_data_dir(settings.data_dir)
+            self.heap.enter()
             self._warmup = asyncio.create_task(asyncio.to_thread(self._open_runtime, settings))
             if settings.watch.directory is not None:
                 self._watch = asyncio.create_task(self._keep_in_sync(settings.watch.directory))
@@ -122,6 +125,7 @@ class AppResources:
             if self.log is not None:
                 await self.log.close()
                 self.log = None
+            self.heap.exit()
 
     async def lookup_service(self) -> LookupService:
         """The lookup service, waiting for the background warm-up if it is still running."""
