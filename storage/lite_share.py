@@ -105,6 +105,29 @@ def locked_message(db_path: Path, timeout_s: float) -> str:
     )
 
 
+def _servicer(db: Any) -> Any:
+    """milvus_lite's servicer over ``db``, answering AllocTimestamp "unimplemented" without a traceback.
+
+    pymilvus asks for a timestamp after every create_index, only to poll the index state, and
+    goes on when the server does not implement it (Milvus Lite builds the index at once). The
+    generated base method sets the same UNIMPLEMENTED status but then raises, and gRPC logs
+    that as an ERROR traceback on every new collection. The client sees the same status here.
+    """
+    import grpc
+    from milvus_lite.adapter.grpc.servicer import MilvusServicer
+    from pymilvus.grpc_gen import milvus_pb2
+
+    def alloc_timestamp(request: Any, context: Any) -> Any:
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details("Method not implemented!")
+        return milvus_pb2.AllocTimestampResponse()
+
+    servicer = MilvusServicer(db)
+    # Registration reads the handlers off the instance, so the instance's own one is served.
+    servicer.AllocTimestamp = alloc_timestamp
+    return servicer
+
+
 class _Share:
     """This process's handle on one Lite directory: owned and served here, or reached over the socket."""
 
@@ -141,7 +164,6 @@ class _Share:
     def _try_own(self) -> bool:
         import grpc
         from milvus_lite import DataDirLockedError
-        from milvus_lite.adapter.grpc.servicer import MilvusServicer
         from milvus_lite.db import MilvusLite
         from pymilvus.grpc_gen import milvus_pb2_grpc
 
@@ -177,7 +199,7 @@ class _Share:
                     ("grpc.http2.max_ping_strikes", 0),
                 ],
             )
-            milvus_pb2_grpc.add_MilvusServiceServicer_to_server(MilvusServicer(db), server)
+            milvus_pb2_grpc.add_MilvusServiceServicer_to_server(_servicer(db), server)
             server.add_insecure_port(self.uri)
             server.start()
         except BaseException:

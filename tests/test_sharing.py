@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import logging
 import os
 import subprocess
 from collections.abc import Iterator
@@ -147,3 +148,24 @@ def test_an_owner_that_exits_leaves_the_socket_of_the_survivor_that_took_over(tm
         assert lite_share.socket_answers(survivor.socket)
     finally:
         survivor.disown()
+
+
+@pytest.mark.lite_only
+def test_a_new_collection_on_the_shared_directory_logs_no_grpc_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pymilvus asks the socket for a timestamp after create_index; the answer is "unimplemented",
+    as from milvus_lite's own servicer, but with no ERROR traceback in the server's log."""
+    from storage.vector_store import VECTOR_FIELD, MilvusVectorStore
+
+    caplog.set_level(logging.WARNING)
+    store = MilvusVectorStore(
+        uri=str(tmp_path / "milvus.db"), token=None, collection="fresh", dim=8, timeout_s=30
+    )
+    try:
+        store.ensure_collection()
+        described = store._client.describe_index(store.collection, VECTOR_FIELD)
+        assert described["state"] == "Finished" and described["index_type"] == "HNSW"
+    finally:
+        store.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
