@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.models import Tier
 from retrieval.service import _GradeCache
@@ -40,3 +42,17 @@ def test_the_cache_keeps_only_the_most_recent_grades() -> None:
     cache.grade(kept[1], view, model)
     cache.grade(kept[2], view, model)
     assert cache.grade(kept[0], view, model) is not first
+
+
+def test_a_new_view_empties_the_cache_which_keeps_no_view_alive() -> None:
+    """A replaced view (its chunk map and postings) must be freed, not held by old grades."""
+    model = load_settings(None).tier_model
+    view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
+    cache = _GradeCache()
+    evidence = _evidence("q")
+    first = cache.grade(evidence, view, model)
+    old = weakref.ref(view)
+    del view
+    newer = KnowledgeView(2, {}, KeywordIndex([]), {}, LexicalIndex([]))
+    assert cache.grade(evidence, newer, model) is not first
+    assert old() is None
