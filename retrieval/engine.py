@@ -143,19 +143,25 @@ class KnowledgeEngine:
                     self._view = KnowledgeView.load(self._catalog)
         return self._view
 
-    def cached_evidence(self, query: str, domain: str | None) -> Evidence | None:
-        """Evidence of an identical earlier query against the same catalog generation, if any."""
-        key = (self._view.generation, query, domain)
+    def cached_evidence(
+        self, query: str, domain: str | None, view: KnowledgeView | None = None
+    ) -> Evidence | None:
+        """Evidence of an identical earlier query against the same view (default: the current one)."""
+        key = ((self._view if view is None else view).generation, query, domain)
         with self._lock:
             found = self._evidence.get(key)
             if found is not None:
                 self._evidence.move_to_end(key)
             return found
 
-    def retrieve(self, query: str, domain: str | None) -> Evidence:
-        """Run L0, the dense and the lexical search; identical repeats are served from a cache."""
-        view = self.view()
-        cached = self.cached_evidence(query, domain)
+    def retrieve(self, query: str, domain: str | None, view: KnowledgeView | None = None) -> Evidence:
+        """Run L0, the dense and the lexical search; identical repeats are served from a cache.
+
+        ``view`` is the snapshot the caller will grade the evidence against (default: the
+        current one), so a reload in between cannot mix two generations in one answer.
+        """
+        view = self.view() if view is None else view
+        cached = self.cached_evidence(query, domain, view)
         if cached is not None:
             return cached
         encoding = self._embedder.encode_query(query)

@@ -122,7 +122,7 @@ class LookupService:
             raise UnknownDomainError(f"unknown domain {request.domain!r}; known domains: {known}")
         snapshot = self.memory.snapshot(session_key) if session_key else None
         governed = policy.governance.enabled and snapshot is not None
-        evidence = self.engine.cached_evidence(request.query, request.domain)
+        evidence = self.engine.cached_evidence(request.query, request.domain, view)
         if governed and snapshot is not None and snapshot.closed:
             # HIGH water closed the session: no retrieval; name what it holds if the query is known.
             graded = self._grades.grade(evidence, view, policy.tier_model) if evidence else None
@@ -131,7 +131,7 @@ class LookupService:
                 plan, graded, view, request, session_key, scope, policy, snapshot, retrieved=False
             )
         if evidence is None:
-            evidence = await asyncio.to_thread(self.engine.retrieve, request.query, request.domain)
+            evidence = await asyncio.to_thread(self.engine.retrieve, request.query, request.domain, view)
         graded = self._grades.grade(evidence, view, policy.tier_model)
         plan = plan_answer(
             graded,

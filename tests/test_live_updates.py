@@ -116,3 +116,33 @@ async def test_a_burst_of_changes_becomes_one_ingest_after_the_quiet_period(tmp_
             tg.cancel_scope.cancel()
     assert watcher.ingests == 2
     assert len(runs[1]) == 5
+
+
+async def test_evidence_retrieved_for_a_view_holds_only_that_views_documents_after_an_ingest(
+    make_resources: Any, tmp_path: Path
+) -> None:
+    """The service grades against the view it took; retrieval must use that view, not a newer one."""
+    from mcp import Client
+
+    from server.protocol.app import create_server
+    from server.watch import watch_ingest
+
+    resources = make_resources()
+    with anyio.fail_after(120):
+        async with Client(create_server(resources)) as client:
+            await client.call_tool("lookup_knowledge", {"query": "ERR_TIMEOUT"}, meta={"session_id": "v1"})
+            engine = resources.service.engine
+            before = engine.view()
+            kb = _kb_copy(tmp_path / "kb")
+            (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
+            await anyio.to_thread.run_sync(watch_ingest(resources.runtime, kb))
+
+            def docs(evidence: Any) -> set[str]:
+                return {h.doc_key for h in (*evidence.l0, *evidence.dense, *evidence.lexical)}
+
+            old = engine.retrieve(QUERY, None, before)
+            assert NEW_DOC not in docs(old)
+            assert engine.cached_evidence(QUERY, None, before) is old
+            current = engine.retrieve(QUERY, None)
+            assert engine.view().generation != before.generation
+            assert NEW_DOC in docs(current)
