@@ -15,7 +15,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -49,8 +49,7 @@ class QueryEmbedder(Protocol):
     def encode_query(self, text: str) -> QueryEncoding: ...
 
 
-@dataclass(frozen=True)
-class DenseHit:
+class DenseHit(NamedTuple):  # one per dense hit (a named tuple: see storage.vector_store.ChunkHit)
     chunk_id: str
     doc_key: str
     cosine: float

@@ -15,7 +15,7 @@ chunk's BGE-M3 lexical match (bge-m3 only) and ``rerank_weight`` times its reran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from retrieval.engine import Evidence
 from storage.text import terms
@@ -24,8 +24,7 @@ from storage.text import terms
 L0_BONUS = 0.05
 
 
-@dataclass(frozen=True)
-class ChunkScore:
+class ChunkScore(NamedTuple):  # one per candidate chunk (a named tuple: see storage.vector_store.ChunkHit)
     chunk_id: str
     doc_key: str
     fused: float
@@ -37,8 +36,7 @@ class ChunkScore:
     rerank: float | None = None  # reranker score (0..1), when the reranker scored this chunk
 
 
-@dataclass(frozen=True)
-class RankedDoc:
+class RankedDoc(NamedTuple):  # one per candidate document (a named tuple: see storage.vector_store.ChunkHit)
     doc_key: str
     score: float  # the best chunk's fused score, plus the L0 bonus
     similarity: float | None  # the document's best chunk similarity

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,8 +51,7 @@ class TermStats:
         return {t: bm25_idf(self.total, df) for t, df in self.frequency.items()}
 
 
-@dataclass(frozen=True)
-class LexicalHit:
+class LexicalHit(NamedTuple):  # one per lexical hit (a named tuple: see storage.vector_store.ChunkHit)
     chunk_id: str
     doc_key: str
     score: float  # BM25, higher is better
