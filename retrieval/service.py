@@ -100,23 +100,32 @@ class LookupService:
         self._grades = _GradeCache()
 
     async def lookup(
-        self, request: LookupRequest, *, session_key: str | None, scope: SessionScope
+        self,
+        request: LookupRequest,
+        *,
+        session_key: str | None,
+        scope: SessionScope,
+        view: KnowledgeView | None = None,
     ) -> LookupOutcome:
-        """Answer one call; session_key None means memory is off (no session could be identified)."""
+        """Answer one call; session_key None means memory is off (no session could be identified).
+
+        ``view`` is the snapshot the caller already checked (default: the current one), so one
+        call reads the catalog's generation once and answers from what it checked.
+        """
         started = time.perf_counter()
+        view = self.engine.view() if view is None else view
         if session_key is None:
-            outcome = await self._lookup(request, None, scope)
+            outcome = await self._lookup(request, None, scope, view)
         else:
             async with self.memory.session_lock(session_key):
-                outcome = await self._lookup(request, session_key, scope)
+                outcome = await self._lookup(request, session_key, scope, view)
         outcome.latency_ms = (time.perf_counter() - started) * 1000
         return outcome
 
     async def _lookup(
-        self, request: LookupRequest, session_key: str | None, scope: SessionScope
+        self, request: LookupRequest, session_key: str | None, scope: SessionScope, view: KnowledgeView
     ) -> LookupOutcome:
         policy = self._policy()
-        view = self.engine.view()
         if request.domain is not None and request.domain not in view.domains:
             known = ", ".join(view.domains) or "(none: the knowledge base is empty)"
             raise UnknownDomainError(f"unknown domain {request.domain!r}; known domains: {known}")

@@ -146,3 +146,35 @@ async def test_evidence_retrieved_for_a_view_holds_only_that_views_documents_aft
             current = engine.retrieve(QUERY, None)
             assert engine.view().generation != before.generation
             assert NEW_DOC in docs(current)
+
+
+async def test_a_lookup_reads_the_catalog_generation_once_and_answers_from_the_view_it_checked(
+    make_resources: Any,
+) -> None:
+    """The handler checks the view (is the knowledge base empty?) and the service answers from it."""
+    from mcp import Client
+
+    from server.protocol.app import create_server
+
+    resources = make_resources()
+    with anyio.fail_after(120):
+        async with Client(create_server(resources)) as client:
+            await client.call_tool("lookup_knowledge", {"query": "ERR_TIMEOUT"}, meta={"session_id": "g0"})
+            catalog = resources.service.engine._catalog
+            reads = 0
+            generation = catalog.generation
+
+            def counted() -> int:
+                nonlocal reads
+                reads += 1
+                return generation()
+
+            catalog.generation = counted
+            try:
+                result = await client.call_tool(
+                    "lookup_knowledge", {"query": "rate limit"}, meta={"session_id": "g1"}
+                )
+            finally:
+                del catalog.generation
+    assert not result.is_error, result.content
+    assert reads == 1

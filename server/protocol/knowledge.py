@@ -56,7 +56,7 @@ class KnowledgeCalls:
                 # base, when the fix is an ingest the operator has to run.
                 raise ToolError(empty_knowledge_base_message(self.resources.settings.data_dir))
             call.outcome = await service.lookup(
-                request, session_key=call.identity.key, scope=call.identity.scope
+                request, session_key=call.identity.key, scope=call.identity.scope, view=view
             )
         result = call.outcome.result
         return CallToolResult(
