@@ -76,19 +76,26 @@ def rank(
     # reranking a few never buries the rest below documents it did not look at either.
     rerank_floor = min(reranked.values(), default=0.0)
     by_doc: dict[str, list[ChunkScore]] = {}
+    # Without BGE-M3 weights or reranker scores (e5-small, the reranker off) their terms add
+    # exactly 0.0, which leaves a float unchanged: the plain sum is the same number, cheaper.
+    two_terms = not sparse and not reranked
     for chunk in sims.keys() | coverage.keys():
+        doc = doc_of[chunk]
+        sim = sims.get(chunk)
         covered = coverage.get(chunk, 0.0)
-        matched = sparse.get(chunk, 0.0)
-        fused = (
-            sims.get(chunk, floor)
-            + lexical_weight * covered
-            + sparse_weight * matched
-            + rerank_weight * reranked.get(chunk, rerank_floor)
-        )
-        score = ChunkScore(
-            chunk, doc_of[chunk], fused, sims.get(chunk), covered, matched, reranked.get(chunk)
-        )
-        by_doc.setdefault(doc_of[chunk], []).append(score)
+        if two_terms:
+            fused = (floor if sim is None else sim) + lexical_weight * covered
+            score = ChunkScore(chunk, doc, fused, sim, covered)
+        else:
+            matched = sparse.get(chunk, 0.0)
+            fused = (
+                (floor if sim is None else sim)
+                + lexical_weight * covered
+                + sparse_weight * matched
+                + rerank_weight * reranked.get(chunk, rerank_floor)
+            )
+            score = ChunkScore(chunk, doc, fused, sim, covered, matched, reranked.get(chunk))
+        by_doc.setdefault(doc, []).append(score)
     l0_docs = {h.doc_key for h in evidence.l0}
     for doc in l0_docs - by_doc.keys():
         by_doc[doc] = []
