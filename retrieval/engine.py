@@ -86,12 +86,15 @@ class KnowledgeView:
 
     @classmethod
     def load(cls, catalog: Catalog) -> KnowledgeView:
-        generation = catalog.generation()
-        entries = {e.doc_key: e for e in catalog.entries()}
-        index = KeywordIndex(
-            KeywordEntry(e.doc_key, e.domain, e.title, e.keywords, e.identifiers) for e in entries.values()
-        )
-        return cls(generation, entries, index, catalog.chunk_index(), LexicalIndex(catalog.term_rows()))
+        """The catalog as one committed state, even while another process commits an ingest."""
+        with catalog.snapshot():
+            generation = catalog.generation()
+            entries = {e.doc_key: e for e in catalog.entries()}
+            index = KeywordIndex(
+                KeywordEntry(e.doc_key, e.domain, e.title, e.keywords, e.identifiers)
+                for e in entries.values()
+            )
+            return cls(generation, entries, index, catalog.chunk_index(), LexicalIndex(catalog.term_rows()))
 
     # Computed once per snapshot: scanning every entry on each lookup grew linearly with the corpus.
     @cached_property

@@ -146,6 +146,15 @@ class Catalog:
     def close(self) -> None:
         self._db.close()
 
+    def snapshot(self) -> _Snapshot:
+        """One read transaction: every read inside it sees the same committed state.
+
+        Without it each SELECT sees the latest commit, so a view assembled from several reads
+        while another process ingests could carry one generation's number and the next one's
+        documents. A savepoint, so that it also nests inside a transaction already open.
+        """
+        return _Snapshot(self._db)
+
     def generation(self) -> int:
         """Bumped by every committed change; readers reload when it moves."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
@@ -332,6 +341,17 @@ def _parts(ids: Sequence[str]) -> list[list[str]]:
 
 def _json(weights: Mapping[str, float]) -> str:
     return json.dumps(dict(weights), separators=(",", ":"))
+
+
+class _Snapshot:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("SAVEPOINT catalog_snapshot")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("RELEASE catalog_snapshot")
 
 
 class _Transaction:

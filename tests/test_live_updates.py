@@ -178,3 +178,41 @@ async def test_a_lookup_reads_the_catalog_generation_once_and_answers_from_the_v
                 del catalog.generation
     assert not result.is_error, result.content
     assert reads == 1
+
+
+def test_a_view_is_one_committed_state_even_when_an_ingest_commits_while_it_loads(data_dir: Path) -> None:
+    """Another process's commit between the view's reads must not mix two generations in it."""
+    import contextlib
+    import sqlite3
+
+    from retrieval.engine import KnowledgeView
+    from storage.catalog import Catalog
+
+    (path,) = (data_dir / "catalog").glob("*.sqlite")
+    catalog = Catalog(path)
+    try:
+        before = KnowledgeView.load(catalog)
+        doc = sorted(before.entries)[0]
+        read_entries = catalog.entries
+
+        def entries_after_another_commit() -> Any:
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=10)) as other:
+                other.execute("BEGIN IMMEDIATE")
+                other.execute("UPDATE documents SET title = 'Renamed meanwhile' WHERE doc_key = ?", (doc,))
+                other.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+                other.execute("COMMIT")
+            return read_entries()
+
+        catalog.entries = entries_after_another_commit
+        try:
+            view = KnowledgeView.load(catalog)
+        finally:
+            del catalog.entries
+        # The view is the state it started reading: its generation and its documents agree.
+        assert view.generation == before.generation
+        assert view.entries[doc].title == before.entries[doc].title
+        after = KnowledgeView.load(catalog)
+        assert after.generation == before.generation + 1
+        assert after.entries[doc].title == "Renamed meanwhile"
+    finally:
+        catalog.close()
