@@ -99,6 +99,11 @@ class LookupService:
         self._policy = policy
         self._grades = _GradeCache()
 
+    async def view(self) -> KnowledgeView:
+        """The current snapshot; a reload after an ingest runs off the event loop."""
+        current = self.engine.current_view()
+        return current if current is not None else await asyncio.to_thread(self.engine.view)
+
     async def lookup(
         self,
         request: LookupRequest,
@@ -113,7 +118,7 @@ class LookupService:
         call reads the catalog's generation once and answers from what it checked.
         """
         started = time.perf_counter()
-        view = self.engine.view() if view is None else view
+        view = await self.view() if view is None else view
         if session_key is None:
             outcome = await self._lookup(request, None, scope, view)
         else:
@@ -238,7 +243,7 @@ class LookupService:
         limit: int,
     ) -> ReadOutcome:
         """A whole document or one named section, on purpose; what the session holds is not sent again."""
-        view = self.engine.view()
+        view = await self.view()
         entry = view.entries.get(doc_key)
         if entry is None:
             raise UnknownDocumentError(f"unknown document {doc_key!r}; knowledge://map lists the domains")

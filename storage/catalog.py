@@ -125,6 +125,19 @@ class Catalog:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
 
+    def reader(self) -> Catalog:
+        """A read-only connection of its own to the same file, for a long read beside this one.
+
+        Loading a knowledge view reads the whole catalog (seconds at 100k chunks); on a connection
+        of its own it does not hold up the short reads that lookups make on the shared one.
+        """
+        reader = Catalog.__new__(Catalog)
+        reader.path = self.path
+        reader._db = sqlite3.connect(
+            f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+        )
+        return reader
+
     def _migrate(self) -> None:
         """Create the schema; a catalog of an older layout is emptied, so the next ingest rebuilds it."""
         version = None

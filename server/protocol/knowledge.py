@@ -49,7 +49,7 @@ class KnowledgeCalls:
         }
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
             service = await self.resources.lookup_service()
-            view = service.engine.view()
+            view = await service.view()
             self.resources.heap.settle(view.generation)
             if not view.entries:
                 # Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge
@@ -97,7 +97,8 @@ class KnowledgeCalls:
 
     async def list_domains(self, rc: Request) -> KnowledgeMap:
         async with self.recorder.call(rc, "list_knowledge_domains", {}):
-            return self._described((await self.resources.lookup_service()).engine.knowledge_map())
+            service = await self.resources.lookup_service()
+            return self._described(service.engine.knowledge_map(await service.view()))
 
     async def knowledge_map(self) -> KnowledgeMap:
         """The map for resources and prompts, where a warm-up failure is a resource error."""
@@ -105,7 +106,7 @@ class KnowledgeCalls:
             service = await self.resources.lookup_service()
         except WarmupError as exc:
             raise ResourceError(str(exc)) from exc
-        return self._described(service.engine.knowledge_map())
+        return self._described(service.engine.knowledge_map(await service.view()))
 
     async def domain(self, domain: str) -> DomainInfo:
         knowledge_map = await self.knowledge_map()
