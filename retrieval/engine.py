@@ -139,7 +139,7 @@ class KnowledgeEngine:
     def current_view(self) -> KnowledgeView | None:
         """The snapshot if it is still the catalog's state, else None: then ``view()`` must reload.
 
-        One short read: the event loop may call it, where a reload (0.4 s at 10k chunks, seconds
+        One short read: the event loop may call it, where a reload (0.8 s at 10k chunks, seconds
         at 100k) would stall every request in flight.
         """
         with self._catalog_lock:
