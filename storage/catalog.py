@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,14 +160,19 @@ class Catalog:
     def close(self) -> None:
         self._db.close()
 
-    def snapshot(self) -> _Snapshot:
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
         """One read transaction: every read inside it sees the same committed state.
 
         Without it each SELECT sees the latest commit, so a view assembled from several reads
         while another process ingests could carry one generation's number and the next one's
         documents. A savepoint, so that it also nests inside a transaction already open.
         """
-        return _Snapshot(self._db)
+        self._db.execute("SAVEPOINT catalog_snapshot")
+        try:
+            yield
+        finally:
+            self._db.execute("RELEASE catalog_snapshot")
 
     def generation(self) -> int:
         """Bumped by every committed change; readers reload when it moves."""
@@ -354,17 +360,6 @@ def _parts(ids: Sequence[str]) -> list[list[str]]:
 
 def _json(weights: Mapping[str, float]) -> str:
     return json.dumps(dict(weights), separators=(",", ":"))
-
-
-class _Snapshot:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("SAVEPOINT catalog_snapshot")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("RELEASE catalog_snapshot")
 
 
 class _Transaction:

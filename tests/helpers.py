@@ -1,7 +1,8 @@
-"""Helpers for tests that run the server as a real subprocess."""
+"""Helpers shared by the tests: servers as real subprocesses, and an event-loop ticker."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from tests.milvus_target import target_env
@@ -73,3 +74,27 @@ def cli_env(data_dir: Path) -> dict[str, str]:
     # The test's Milvus server and collection prefix, when the run targets a server.
     env.update(target_env())
     return env
+
+
+class Ticks:
+    count = 0
+
+
+@contextlib.asynccontextmanager
+async def loop_ticks(interval_s: float) -> AsyncIterator[Ticks]:
+    """Counts the turns of a task sleeping ``interval_s`` at a time: how long the event loop was free.
+
+    Work that blocks the loop (a synchronous wait, a long computation) leaves it no turn.
+    """
+    ticks = Ticks()
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            ticks.count += 1
+
+    task = asyncio.create_task(tick())
+    try:
+        yield ticks
+    finally:
+        task.cancel()

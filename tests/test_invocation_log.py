@@ -16,6 +16,7 @@ import pytest
 
 from storage.invocation_log import InvocationLog, InvocationRecord, hash_text
 from storage.schema import SchemaVersionError, latest_version, migrate
+from tests.helpers import loop_ticks
 
 DETAILS = {
     "l0_titles": ["ERR_TIMEOUT 请求超时"],
@@ -279,25 +280,16 @@ async def test_a_write_that_must_wait_for_the_lock_waits_on_the_log_thread_not_t
             blocker = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
             blocker.execute("BEGIN IMMEDIATE")
             release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
-            ticks = 0
-
-            async def tick() -> None:
-                nonlocal ticks
-                while True:
-                    await asyncio.sleep(0.01)
-                    ticks += 1
-
-            ticker = asyncio.create_task(tick())
             release.start()
             try:
-                assert await log.record(make_record(call_index=2))
+                async with loop_ticks(0.01) as ticks:
+                    assert await log.record(make_record(call_index=2))
             finally:
-                ticker.cancel()
                 release.join()
                 blocker.close()
             # Waited on the thread: the loop kept running (a write waiting on the loop gets no tick).
             assert hops == [1]
-            assert ticks >= 10
+            assert ticks.count >= 10
             assert log.failures == 0
             assert [r["call_index"] for r in rows(log.path)] == [1, 2]
             # The connection's own busy timeout is back once the lock is free again.

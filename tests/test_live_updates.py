@@ -13,7 +13,7 @@ import pytest
 
 from server.watch import FolderWatcher, snapshot
 from tests.conftest import SAMPLE_KB
-from tests.helpers import CLI, ROOT
+from tests.helpers import CLI, ROOT, loop_ticks
 from tests.wire import RawSession, served_http, server_env
 
 pytestmark = pytest.mark.slow
@@ -242,25 +242,15 @@ async def test_a_reload_after_an_ingest_runs_off_the_event_loop_and_the_lookup_g
                 return load(catalog)
 
             monkeypatch.setattr(KnowledgeView, "load", staticmethod(slow_load))
-            ticks = 0
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while True:
-                    await anyio.sleep(0.02)
-                    ticks += 1
-
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(ticker)
+            async with loop_ticks(0.02) as ticks:
                 started = time.perf_counter()
                 result = await client.call_tool(
                     "lookup_knowledge", {"query": QUERY}, meta={"session_id": "r1"}
                 )
                 elapsed = time.perf_counter() - started
-                tasks.cancel_scope.cancel()
     assert result.structured_content is not None, result.content
     # The lookup that found the catalog moved waited for the new view and answered from it...
     assert result.structured_content["primary"]["doc_key"] == NEW_DOC
     assert elapsed >= 1.0
     # ...while the event loop went on serving (at most 50 ticks fit in the 1 s reload).
-    assert ticks >= 25, f"{ticks} ticks in {elapsed:.2f} s"
+    assert ticks.count >= 25, f"{ticks.count} ticks in {elapsed:.2f} s"
