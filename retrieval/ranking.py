@@ -83,18 +83,11 @@ def rank(
         doc = doc_of[chunk]
         sim = sims.get(chunk)
         covered = coverage.get(chunk, 0.0)
-        if two_terms:
-            fused = (floor if sim is None else sim) + lexical_weight * covered
-            score = ChunkScore(chunk, doc, fused, sim, covered)
-        else:
-            matched = sparse.get(chunk, 0.0)
-            fused = (
-                (floor if sim is None else sim)
-                + lexical_weight * covered
-                + sparse_weight * matched
-                + rerank_weight * reranked.get(chunk, rerank_floor)
-            )
-            score = ChunkScore(chunk, doc, fused, sim, covered, matched, reranked.get(chunk))
+        matched = sparse.get(chunk, 0.0)
+        fused = (floor if sim is None else sim) + lexical_weight * covered
+        if not two_terms:  # added term by term, left to right, as one sum would be
+            fused = fused + sparse_weight * matched + rerank_weight * reranked.get(chunk, rerank_floor)
+        score = ChunkScore(chunk, doc, fused, sim, covered, matched, reranked.get(chunk))
         by_doc.setdefault(doc, []).append(score)
     l0_docs = {h.doc_key for h in evidence.l0}
     for doc in l0_docs - by_doc.keys():
