@@ -1,4 +1,4 @@
-"""Tool output schemas are published without $ref and accept exactly what pydantic's form accepts."""
+"""Tool output schemas are published without $ref, optional fields as type lists, and accept exactly what pydantic's form accepts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mcp import Client
 from pydantic import TypeAdapter
 
 from retrieval.models import KnowledgeMap, LookupResult, ReadResult, ResetResult
-from server.protocol.output_schema import inline_definitions
+from server.protocol.output_schema import inline_definitions, merge_nullable, published
 
 _DOCUMENT = {
     "doc_key": "ops/kafka.md",
@@ -60,6 +60,7 @@ _CASES = [
     _FOUND,
     {**_FOUND, "supplement": [_DOCUMENT, _DOCUMENT]},
     _set(_FOUND, ("budget", "water_level"), None),
+    _set(_FOUND, ("budget", "next_call"), None),
     _set(_FOUND, ("relevance_level",), "GREAT"),
     _set(_FOUND, ("budget", "water_level"), "FULL"),
     _set(_FOUND, ("budget", "next_call"), 3),
@@ -70,7 +71,12 @@ _CASES = [
     _set(_FOUND, ("already_in_context", 0, "title"), None),
     _set(_FOUND, ("dedup_reason",), "other"),
     {**_FOUND, "supplement": [{"doc_key": "x"}]},
+    _set(_FOUND, ("primary",), 3),
+    _set(_FOUND, ("primary",), []),
+    _set(_FOUND, ("dedup_reason",), 7),
+    _set(_FOUND, ("budget", "water_level"), ""),
 ]
+_VALID = 5  # the first cases are valid, every later one invalid
 
 
 def _verdicts(schema: dict[str, Any]) -> list[list[str]]:
@@ -84,14 +90,63 @@ def test_the_lookup_schema_accepts_and_rejects_the_same_documents_inlined() -> N
     inlined = inline_definitions(original)
     assert "$ref" not in json.dumps(inlined) and "$defs" not in inlined
     verdicts, inlined_verdicts = _verdicts(original), _verdicts(inlined)
-    assert verdicts[:4] == [[], [], [], []]
-    assert all(verdicts[4:]), "each changed case must be invalid"
+    assert verdicts[:_VALID] == [[]] * _VALID
+    assert all(verdicts[_VALID:]), "each changed case must be invalid"
     assert inlined_verdicts == verdicts
+
+
+def test_the_published_lookup_schema_has_no_nullable_alternatives_and_the_same_verdicts() -> None:
+    original = TypeAdapter(LookupResult).json_schema()
+    assert '"anyOf"' in json.dumps(inline_definitions(original))  # the case merge_nullable exists for
+    listed = published(original)
+    assert '"anyOf"' not in json.dumps(listed) and "$ref" not in json.dumps(listed)
+    # Messages differ ("is not valid under any of the given schemas" becomes a type error); which
+    # documents pass does not.
+    assert [not v for v in _verdicts(listed)] == [not v for v in _verdicts(original)]
+    assert listed["properties"]["dedup_reason"]["enum"][-1] is None
+
+
+def _accepts(schema: dict[str, Any], instance: Any) -> bool:
+    return validators.validator_for(schema)(schema).is_valid(instance)
+
+
+@pytest.mark.parametrize(
+    ("branch", "instances"),
+    [
+        ({"type": "string", "enum": ["A"]}, ["A", None, "B", 1]),
+        ({"type": "integer", "minimum": 3}, [3, 2, None, "3"]),
+        ({"type": "object", "required": ["a"]}, [{"a": 1}, {}, None, []]),
+    ],
+)
+def test_a_merged_optional_field_accepts_what_the_alternatives_accepted(
+    branch: dict[str, Any], instances: list[Any]
+) -> None:
+    for alternatives in ([branch, {"type": "null"}], [{"type": "null"}, branch]):
+        original = {"anyOf": alternatives, "default": None, "description": "here"}
+        merged = merge_nullable(original)
+        assert "anyOf" not in merged and merged["description"] == "here" and "default" in merged
+        assert [_accepts(merged, i) for i in instances] == [_accepts(original, i) for i in instances]
+
+
+@pytest.mark.parametrize(
+    "alternatives",
+    [
+        [{"type": "string", "const": "A"}, {"type": "null"}],  # const applies to null too
+        [{"type": "string", "not": {"enum": ["B"]}}, {"type": "null"}],
+        [{"enum": ["A"]}, {"type": "null"}],  # no single type to extend
+        [{"type": ["string", "integer"]}, {"type": "null"}],
+        [{"type": "string"}, {"type": "integer"}],
+        [{"type": "string"}, {"type": "null"}, {"type": "integer"}],
+    ],
+)
+def test_alternatives_that_cannot_be_merged_exactly_are_left_as_they_are(alternatives: list[Any]) -> None:
+    schema = {"anyOf": alternatives}
+    assert merge_nullable(schema) == schema
 
 
 @pytest.mark.parametrize("model", [LookupResult, ReadResult, ResetResult, KnowledgeMap])
 def test_every_result_model_inlines(model: type) -> None:
-    schema = inline_definitions(TypeAdapter(model).json_schema())
+    schema = published(TypeAdapter(model).json_schema())
     assert "$ref" not in json.dumps(schema)
 
 

@@ -11,7 +11,7 @@ from retrieval.models import KnowledgeMap, LookupResult, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
 from server.inputs import DocKey, Domain, MissingDimension, Query, SectionName, TopK
 from server.protocol.knowledge import KnowledgeCalls
-from server.protocol.output_schema import inline_definitions
+from server.protocol.output_schema import published
 from server.protocol.sdk import registered_tools
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False)
@@ -70,4 +70,4 @@ def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
 
     for tool in registered_tools(mcp):
         if tool.fn_metadata.output_schema is not None:
-            tool.fn_metadata.output_schema = inline_definitions(tool.fn_metadata.output_schema)
+            tool.fn_metadata.output_schema = published(tool.fn_metadata.output_schema)
