@@ -199,11 +199,36 @@ class InvocationLog:
 
     # -- the worker thread ---------------------------------------------------------------
     async def _on_worker(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the log's thread, the only one that touches the connection: one hop."""
+        """Run ``fn(*args)`` on the log's thread, where it may wait for the write lock: one hop."""
         if self._executor is None:
             # Created on first use, and again if a call comes in after close().
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="invocation-log")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._waiting, fn, *args)
+
+    def _waiting(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` with the busy timeout; the connection is left not waiting, as the event loop uses it.
+
+        The connection's own state is "never wait" because the event loop writes almost every row
+        (``_wrote_inline``); setting it there and back cost two statements per row. Only the
+        thread's rarer work sets the timeout, and a connection opened by ``fn`` gets it at connect.
+        Under FULL the event loop never writes, and the connection keeps its timeout.
+        """
+        if self._synchronous == "FULL":
+            return fn(*args)
+        self._set_busy_timeout(self._busy_timeout_s)
+        try:
+            return fn(*args)
+        finally:
+            self._set_busy_timeout(0.0)
+
+    def _set_busy_timeout(self, seconds: float) -> None:
+        if self._conn is None:
+            return  # none open, or dropped after a failure: a new one is set up when it opens
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout={round(seconds * 1000)}")
+        except _WRITE_ERRORS as exc:
+            logger.warning("invocation log connection dropped after: %s", _describe(exc))
+            self._drop()
 
     def _stop_worker(self) -> None:
         executor, self._executor = self._executor, None
@@ -235,7 +260,7 @@ class InvocationLog:
 
     def _connection(self) -> sqlite3.Connection:
         """The open connection, reopened if a failure dropped it or the file was removed."""
-        if self._conn is not None and _file_identity(self.path) != self._identity:
+        if self._conn is not None and not self._same_file():
             # Writes would go on into an unlinked inode and be lost. Closing first also removes
             # the old -wal file, which must not be replayed into the new database.
             logger.warning("invocation log %s was removed or replaced; recreating it", self.path)
@@ -246,9 +271,16 @@ class InvocationLog:
             return self._connect(migrate_timeout_s=self._busy_timeout_s)
         return self._conn
 
-    def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work`` and its commit; on failure roll back (or drop a broken connection) and re-raise."""
-        conn = self._connection()
+    def _same_file(self) -> bool:
+        """Whether the path still names the file the connection has open."""
+        return _file_identity(self.path) == self._identity
+
+    def _transaction(
+        self, work: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection | None = None
+    ) -> T:
+        """``work`` and its commit on ``conn`` (default: ``_connection()``); on failure roll back
+        (or drop a broken connection) and re-raise."""
+        conn = self._connection() if conn is None else conn
         try:
             result = work(conn)
             conn.commit()
@@ -262,14 +294,16 @@ class InvocationLog:
             raise
         return result
 
-    def _write(self, row: tuple[Any, ...], memory: _Memory, gap: _Gap | None) -> None:
+    def _write(
+        self, row: tuple[Any, ...], memory: _Memory, gap: _Gap | None, conn: sqlite3.Connection | None = None
+    ) -> None:
         """The whole of one record(): row, gap and memory states in one transaction, one commit."""
 
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(_INSERT, row)
             _write_side_tables(conn, memory, gap)
 
-        self._transaction(work)
+        self._transaction(work, conn)
 
     # -- writing -------------------------------------------------------------------------
     def _row(self, record: InvocationRecord) -> tuple[Any, ...]:
@@ -334,25 +368,13 @@ class InvocationLog:
         busy timeout, off the event loop.
         """
         conn = self._conn
-        if self._synchronous == "FULL" or conn is None or _file_identity(self.path) != self._identity:
+        if self._synchronous == "FULL" or conn is None or not self._same_file():
             return False
         try:
-            conn.execute("PRAGMA busy_timeout=0")
-            self._write(row, memory, gap)
+            self._write(row, memory, gap, conn)  # the connection does not wait for a lock (_waiting)
         except _WRITE_ERRORS:
             return False
-        finally:
-            self._restore_busy_timeout()
         return True
-
-    def _restore_busy_timeout(self) -> None:
-        if self._conn is None:
-            return  # dropped after a failure: the next connection gets the timeout when it opens
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout={round(self._busy_timeout_s * 1000)}")
-        except _WRITE_ERRORS as exc:
-            logger.warning("invocation log connection dropped after: %s", _describe(exc))
-            self._drop()
 
     def _failed(self, ts: float, exc: BaseException) -> None:
         self.failures += 1

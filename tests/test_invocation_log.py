@@ -266,6 +266,21 @@ async def test_a_record_is_one_transaction_with_its_memory_and_gap_in_at_most_on
         assert not worker.is_alive()
 
 
+async def _record_while_locked(log: InvocationLog, call_index: int) -> int:
+    """Record a row while another connection holds the write lock for 0.5 s; the loop's ticks meanwhile."""
+    blocker = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
+    release.start()
+    try:
+        async with loop_ticks(0.01) as ticks:
+            assert await log.record(make_record(call_index=call_index))
+    finally:
+        release.join()
+        blocker.close()
+    return ticks.count
+
+
 async def test_a_write_that_must_wait_for_the_lock_waits_on_the_log_thread_not_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,25 +292,19 @@ async def test_a_write_that_must_wait_for_the_lock_waits_on_the_log_thread_not_t
         with anyio.fail_after(30):
             assert await log.record(make_record(call_index=1))
             hops = count_hops(log, monkeypatch)
-            blocker = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
-            blocker.execute("BEGIN IMMEDIATE")
-            release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
-            release.start()
-            try:
-                async with loop_ticks(0.01) as ticks:
-                    assert await log.record(make_record(call_index=2))
-            finally:
-                release.join()
-                blocker.close()
             # Waited on the thread: the loop kept running (a write waiting on the loop gets no tick).
+            assert await _record_while_locked(log, 2) >= 10
             assert hops == [1]
-            assert ticks.count >= 10
             assert log.failures == 0
             assert [r["call_index"] for r in rows(log.path)] == [1, 2]
-            # The connection's own busy timeout is back once the lock is free again.
+            # Work on the thread waits with the configured timeout ...
             assert await log.execute_on_connection("PRAGMA busy_timeout") == [(10_000,)]
             assert await log.record(make_record(call_index=3))
             assert hops == [2]  # execute_on_connection; the row itself went inline again
+            # ... and leaves the connection not waiting for the loop's next rows.
+            assert await _record_while_locked(log, 4) >= 10
+            assert hops == [3]
+            assert [r["call_index"] for r in rows(log.path)] == [1, 2, 3, 4]
     finally:
         await log.close()
 
