@@ -118,9 +118,15 @@ class PlannedChunk:
 class Catalog:
     """Synchronous SQLite access; callers on the event loop wrap it in ``asyncio.to_thread``."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """Open (and create or migrate) the catalog; ``read_only`` opens an existing one as it is."""
         self.path = path
+        if read_only:
+            self._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+            )
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -132,12 +138,7 @@ class Catalog:
         Loading a knowledge view reads the whole catalog (seconds at 100k chunks); on a connection
         of its own it does not hold up the short reads that lookups make on the shared one.
         """
-        reader = Catalog.__new__(Catalog)
-        reader.path = self.path
-        reader._db = sqlite3.connect(
-            f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
-        )
-        return reader
+        return Catalog(self.path, read_only=True)
 
     def _migrate(self) -> None:
         """Create the schema; a catalog of an older layout is emptied, so the next ingest rebuilds it."""
