@@ -73,7 +73,8 @@ class TierModel(BaseModel):
         default=0.0,
         ge=0.0,
         le=0.2,
-        description="Added to the similarity of a chunk written in the other language than the query.",
+        description="Added, for ranking only, to the similarity of a chunk written in the other language "
+        "than the query; the tier features read the cosine as measured.",
     )
     lexical_weight: float = Field(
         default=0.15,

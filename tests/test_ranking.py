@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrieval.engine import DenseHit, Evidence
-from retrieval.ranking import L0_BONUS, rank
+from retrieval.ranking import L0_BONUS, features, rank
 from storage.keyword_index import L0Hit
 from storage.lexical_index import LexicalHit
 
@@ -53,3 +53,34 @@ def test_documents_come_best_first() -> None:
     ranked = rank(_evidence(), cross_language_offset=0.05, lexical_weight=0.5)
     assert [d.doc_key for d in ranked] == ["two.md", "one.md", "three.md"]
     assert [d.score for d in ranked] == sorted((d.score for d in ranked), reverse=True)
+
+
+def _two_languages() -> Evidence:
+    """An English question: an English chunk, and a slightly less similar Chinese one."""
+    return Evidence(
+        query="how long is a welding permit valid",
+        l0=(),
+        specific_keyword_docs=(),
+        dense=(
+            DenseHit("en#0", "en.md", 0.80, cross_language=False),
+            DenseHit("zh#0", "zh.md", 0.78, cross_language=True),
+        ),
+        lexical=(),
+        term_weights=(),
+    )
+
+
+def test_the_cross_language_offset_reorders_documents_but_the_tier_features_read_the_cosine() -> None:
+    ranked = rank(_two_languages(), cross_language_offset=0.05, lexical_weight=0.5)
+    # The offset ranks the other-language chunk first (0.78 + 0.05 > 0.80) ...
+    assert [d.doc_key for d in ranked] == ["zh.md", "en.md"]
+    assert ranked[0].score == pytest.approx(0.83)
+    # ... while what the tier models read is the cosine as measured, whatever the offset.
+    assert [d.similarity for d in ranked] == [0.78, 0.80]
+    assert [c.similarity for c in ranked[0].chunks] == [0.78]
+    feats = features(_two_languages(), ranked)
+    assert feats["similarity"] == pytest.approx(0.80)
+    assert feats["margin"] == pytest.approx(0.02)
+    # Only the gap between the fused scores of the first two documents sees the offset.
+    without = features(_two_languages(), rank(_two_languages(), 0.0, 0.5))
+    assert {k: v for k, v in without.items() if k != "gap"} == {k: v for k, v in feats.items() if k != "gap"}

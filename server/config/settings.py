@@ -125,24 +125,24 @@ def _default_models() -> dict[str, TierModel]:
     return {
         "e5-small": TierModel(
             on_topic=Logistic(
-                weights={"similarity": 4.9174, "support": 14.5349, "agree": 0.6117, "margin": 3.0445},
-                bias=-0.62,
-                threshold=0.5826,
+                weights={"similarity": 5.0242, "support": 14.6056, "agree": 0.5594, "margin": 2.8982},
+                bias=-0.6079,
+                threshold=0.5823,
             ),
             top_right=Logistic(
                 weights={
-                    "margin": 1.2569,
-                    "gap": 13.1974,
-                    "similarity": -1.6022,
-                    "top_coverage": 2.6923,
-                    "agree": 0.265,
+                    "margin": -2.059,
+                    "gap": 14.4523,
+                    "similarity": -0.5879,
+                    "top_coverage": 3.6755,
+                    "agree": 0.3171,
                 },
-                bias=-0.3955,
-                threshold=0.5477,
+                bias=-0.5625,
+                threshold=0.5068,
             ),
-            cross_language_offset=0.01,
+            cross_language_offset=0.06,
             lexical_weight=0.3,
-            supplement_margin=0.1818,
+            supplement_margin=0.2008,
         ),
         "bge-m3": TierModel(
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),
