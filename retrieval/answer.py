@@ -165,7 +165,7 @@ class Plan:
                     content=passage.text(entry.title, limit),
                     sections=list(passage.headings),
                     section_count=passage.total,
-                    partial=passage.partial,
+                    partial=passage.partial or not passage.fits(entry.title, limit),
                 )
             )
         return contents
@@ -190,7 +190,7 @@ def plan_answer(
     held_domains = set(snapshot.retrieved_domains) if snapshot else set()
     domain = view.entries[top.doc_key].domain
     already = _held(candidates, snapshot)
-    primary = _passage(top, graded, request, held, chunks_of, policy, policy.primary_max_chars)
+    primary = _passage(top, graded, request, held, view, chunks_of, policy, policy.primary_max_chars)
     rephrased = not request.targeted and _held_answers(top, held, primary)
     if primary is None or rephrased:
         # The best match is content the session holds: a repeat or a rephrasing. Its topic is
@@ -207,7 +207,7 @@ def plan_answer(
     deliver = [primary]
     if top.doc_key not in held and not request.targeted:
         # A targeted lookup asks for one missing dimension: its best passage, nothing around it.
-        deliver += _supplements(graded, candidates, held, chunks_of, request, policy)
+        deliver += _supplements(graded, candidates, held, view, chunks_of, request, policy)
     same_domain = domain in held_domains
     return Plan(graded.tier, tuple(deliver), already, None, same_domain=same_domain)
 
@@ -232,6 +232,7 @@ def _passage(
     graded: Graded,
     request: LookupRequest,
     held: Mapping[str, HeldView],
+    view: KnowledgeView,
     chunks_of: Callable[[str], list[ChunkRecord]],
     policy: Policy,
     limit: int,
@@ -245,6 +246,7 @@ def _passage(
     return best_passage(
         doc,
         chunks,
+        title=view.entries[doc.doc_key].title,
         limit=limit,
         codes=graded.codes.get(doc.doc_key, ()),
         skip=skip,
@@ -256,6 +258,7 @@ def _supplements(
     graded: Graded,
     candidates: Sequence[RankedDoc],
     held: Mapping[str, HeldView],
+    view: KnowledgeView,
     chunks_of: Callable[[str], list[ChunkRecord]],
     request: LookupRequest,
     policy: Policy,
@@ -268,7 +271,7 @@ def _supplements(
     for doc in candidates[1:]:
         if doc.doc_key in held or doc.score < floor:
             continue
-        passage = _passage(doc, graded, request, held, chunks_of, policy, policy.supplement_max_chars)
+        passage = _passage(doc, graded, request, held, view, chunks_of, policy, policy.supplement_max_chars)
         if passage is not None:
             out.append(passage)
     return out

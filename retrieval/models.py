@@ -46,7 +46,10 @@ class DocumentContent(BaseModel):
     doc_key: str = Field(description="Path of the document relative to the knowledge base root.")
     title: str
     domain: str
-    content: str = Field(description="The passages that matched, each headed by its 'Title › Section' path.")
+    content: str = Field(
+        description="The whole document when it fits, else the passages that matched; each passage headed "
+        "by its 'Title › Section' path."
+    )
     sections: list[str] = Field(default_factory=list, description="The sections this content holds.")
     section_count: int = Field(default=1, description="How many passages the whole document has.")
     partial: bool = Field(

@@ -4,6 +4,12 @@ A passage is one chunk or a run of adjacent chunks. The best chunk of a document
 fused ranking scored highest, or the chunk holding a code the query named. An adjacent chunk
 joins it when it matched too, within the character limit. Without any chunk-level evidence
 (the query named the document's title), the start of the document is what matched.
+
+A document that fits whole within the limit is sent whole, unless the session holds part of it
+or the lookup is targeted: the best chunk of a short document is often the wrong one of its two
+or three. On the four evaluation sets, held out, the labelled answer was in the content for 208
+of 272 answerable questions with matched chunks only, and for 238 with short documents whole,
+at 2,500 rather than 1,540 characters per result. A long document still sends what matched.
 """
 
 from __future__ import annotations
@@ -40,14 +46,21 @@ class Passage:
 
     def text(self, title: str, limit: int) -> str:
         """The passages, each under its ``Title › Section`` line, cut at ``limit`` characters."""
-        parts = [f"[{chunk_context(title, c.heading)}]\n{c.text}" for c in self.chunks]
-        return _truncate("\n\n".join(parts), limit)
+        return _truncate(self._rendered(title), limit)
+
+    def fits(self, title: str, limit: int) -> bool:
+        """Whether ``text`` holds all of it: nothing is cut at ``limit``."""
+        return len(self._rendered(title)) <= limit
+
+    def _rendered(self, title: str) -> str:
+        return "\n\n".join(f"[{chunk_context(title, c.heading)}]\n{c.text}" for c in self.chunks)
 
 
 def best_passage(
     doc: RankedDoc,
     chunks: Sequence[ChunkRecord],
     *,
+    title: str,
     limit: int,
     codes: Collection[str] = (),
     skip: Collection[str] = (),
@@ -65,6 +78,10 @@ def best_passage(
     seed = _seed(chunks, scores, codes, skip, next_best)
     if seed is None:
         return None
+    if not (skip or next_best):
+        whole = whole_document(doc.doc_key, chunks)
+        if whole.fits(title, limit):
+            return whole  # it all fits: no section of it can be the wrong one
     chosen = [seed]
     size = len(seed.text)
     best = scores.get(seed.chunk_id, float("inf"))

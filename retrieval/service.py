@@ -325,7 +325,7 @@ def _read_outcome(
         content=content,
         sections=list(passage.headings),
         section_count=passage.total,
-        partial=passage.partial or len(content) < sum(len(c.text) for c in passage.chunks),
+        partial=passage.partial or not passage.fits(entry.title, limit),
     )
     message = f"{len(passage.chunks)} of {passage.total} passage(s)" + (
         "; held passages are left out" if held else ""

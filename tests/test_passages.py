@@ -11,15 +11,20 @@ import anyio
 import pytest
 from mcp import Client
 
+from retrieval.passages import whole_document
+from storage.catalog import ChunkRecord
+
 HANDBOOK = "onboarding/operations-handbook.md"
 EXPENSE = "How many days after buying something do I have to file an expense claim?"
 EXPENSE_ANSWER = "Expense claims must be filed within 30 days of the purchase"
 CLOUD = "Who has to approve a new cloud resource that costs more than 500 dollars a month?"
 CLOUD_ANSWER = "needs approval from the engineering manager"
+POOL = "数据库连接池怎么配置"
+POOL_DOC = "infrastructure/hikaricp-pool-config.md"  # 1,550 characters in 4 passages
 
 
-async def call(client: Client, query: str) -> dict[str, Any]:
-    result = await client.call_tool("lookup_knowledge", {"query": query}, meta={"session_id": "p"})
+async def call(client: Client, query: str, session: str = "p") -> dict[str, Any]:
+    result = await client.call_tool("lookup_knowledge", {"query": query}, meta={"session_id": session})
     assert not result.is_error, result.content
     return result.structured_content or {}
 
@@ -57,6 +62,28 @@ async def test_a_code_only_in_the_body_is_precise_and_brings_its_paragraph(make_
         result = await call(client, "KAFKA_E503_REBALANCE 是什么意思")
     assert result["relevance_level"] == "PRECISE" and result["primary"]["doc_key"] == HANDBOOK
     assert "consumer group rebalancing took longer than 5 minutes" in result["primary"]["content"]
+
+
+async def test_a_document_that_fits_its_limit_is_sent_whole_and_one_that_does_not_is_not(
+    make_server: Any,
+) -> None:
+    async with Client(make_server()) as client:
+        whole = (await call(client, POOL))["primary"]
+    async with Client(make_server(overrides={"retrieval": {"primary_max_chars": 1000}})) as client:
+        cut = (await call(client, POOL, session="p2"))["primary"]  # memory persists across servers
+    assert whole["doc_key"] == cut["doc_key"] == POOL_DOC
+    assert not whole["partial"] and whole["section_count"] == 4
+    for section in ("为什么使用 HikariCP", "监控与调优"):  # the first section and the last
+        assert section in whole["content"]
+    assert cut["partial"] and len(cut["content"]) <= 1000 < len(whole["content"])
+
+
+def test_a_passage_fits_only_when_its_headed_text_is_not_cut() -> None:
+    passage = whole_document("d.md", [ChunkRecord("c1", "d.md", 0, "Intro", "x" * 500, "en")])
+    shown = len(passage.text("Title", 10_000))  # "[Title › Intro]\n" and the text
+    assert shown == 500 + len("[Title › Intro]\n")
+    assert passage.fits("Title", shown) and not passage.fits("Title", shown - 1)
+    assert passage.text("Title", shown - 1).endswith("…")
 
 
 async def test_document_mode_keeps_the_predecessors_head_of_document(make_server: Any) -> None:

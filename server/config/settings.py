@@ -180,10 +180,16 @@ class RetrievalSettings(BaseModel):
         "PRECISE); top_k: always up to top_k documents, as a plain retriever returns them.",
     )
     primary_max_chars: Annotated[int, HOT] = Field(
-        default=4000, ge=200, le=100_000, description="Primary content cap."
+        default=4000,
+        ge=200,
+        le=100_000,
+        description="Primary content cap; a document that fits within it is sent whole.",
     )
     supplement_max_chars: Annotated[int, HOT] = Field(
-        default=1200, ge=100, le=100_000, description="Supplement cap."
+        default=1200,
+        ge=100,
+        le=100_000,
+        description="Supplement cap; a document that fits within it is sent whole.",
     )
     read_max_chars: Annotated[int, HOT] = Field(
         default=20_000,
