@@ -157,15 +157,16 @@ class Plan:
         for position, passage in enumerate(self.deliver):
             entry = view.entries[passage.doc_key]
             limit = policy.primary_max_chars if position == 0 else policy.supplement_max_chars
+            content, cut = passage.shown(entry.title, limit)
             contents.append(
                 DocumentContent(
                     doc_key=passage.doc_key,
                     title=entry.title,
                     domain=entry.domain,
-                    content=passage.text(entry.title, limit),
+                    content=content,
                     sections=list(passage.headings),
                     section_count=passage.total,
-                    partial=passage.partial or not passage.fits(entry.title, limit),
+                    partial=passage.partial or cut,
                 )
             )
         return contents

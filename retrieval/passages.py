@@ -44,12 +44,14 @@ class Passage:
     def partial(self) -> bool:
         return len(self.chunks) < self.total
 
-    def text(self, title: str, limit: int) -> str:
-        """The passages, each under its ``Title › Section`` line, cut at ``limit`` characters."""
-        return _truncate(self._rendered(title), limit)
+    def shown(self, title: str, limit: int) -> tuple[str, bool]:
+        """The passages, each under its ``Title › Section`` line, cut at ``limit`` characters, and
+        whether they were cut."""
+        rendered = self._rendered(title)
+        return _truncate(rendered, limit), len(rendered) > limit
 
     def fits(self, title: str, limit: int) -> bool:
-        """Whether ``text`` holds all of it: nothing is cut at ``limit``."""
+        """Whether all of it is shown within ``limit`` characters."""
         return len(self._rendered(title)) <= limit
 
     def _rendered(self, title: str) -> str:

@@ -317,7 +317,7 @@ def _read_outcome(
         return ReadOutcome(
             ReadResult(document=None, already_in_context=already, session_scope=scope, message=message), []
         )
-    content = passage.text(entry.title, limit)
+    content, cut = passage.shown(entry.title, limit)
     document = DocumentContent(
         doc_key=passage.doc_key,
         title=entry.title,
@@ -325,7 +325,7 @@ def _read_outcome(
         content=content,
         sections=list(passage.headings),
         section_count=passage.total,
-        partial=passage.partial or not passage.fits(entry.title, limit),
+        partial=passage.partial or cut,
     )
     message = f"{len(passage.chunks)} of {passage.total} passage(s)" + (
         "; held passages are left out" if held else ""

@@ -80,10 +80,11 @@ async def test_a_document_that_fits_its_limit_is_sent_whole_and_one_that_does_no
 
 def test_a_passage_fits_only_when_its_headed_text_is_not_cut() -> None:
     passage = whole_document("d.md", [ChunkRecord("c1", "d.md", 0, "Intro", "x" * 500, "en")])
-    shown = len(passage.text("Title", 10_000))  # "[Title › Intro]\n" and the text
-    assert shown == 500 + len("[Title › Intro]\n")
-    assert passage.fits("Title", shown) and not passage.fits("Title", shown - 1)
-    assert passage.text("Title", shown - 1).endswith("…")
+    whole, cut = passage.shown("Title", 10_000)
+    assert whole == "[Title › Intro]\n" + "x" * 500 and not cut
+    assert passage.fits("Title", len(whole)) and not passage.fits("Title", len(whole) - 1)
+    content, cut = passage.shown("Title", len(whole) - 1)
+    assert cut and content.endswith("…") and len(content) == len(whole) - 1
 
 
 async def test_document_mode_keeps_the_predecessors_head_of_document(make_server: Any) -> None:
