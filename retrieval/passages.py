@@ -75,15 +75,15 @@ def best_passage(
     """
     if not chunks:
         return None
+    if not (skip or next_best):
+        whole = whole_document(doc.doc_key, chunks)
+        if whole.fits(title, limit):
+            return whole  # it all fits: no section of it can be the wrong one
     by_id = {c.chunk_id: c for c in chunks}
     scores = {c.chunk_id: c.fused for c in doc.chunks if c.chunk_id in by_id}
     seed = _seed(chunks, scores, codes, skip, next_best)
     if seed is None:
         return None
-    if not (skip or next_best):
-        whole = whole_document(doc.doc_key, chunks)
-        if whole.fits(title, limit):
-            return whole  # it all fits: no section of it can be the wrong one
     chosen = [seed]
     size = len(seed.text)
     best = scores.get(seed.chunk_id, float("inf"))
