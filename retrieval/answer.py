@@ -189,9 +189,19 @@ def plan_answer(
     top = candidates[0]
     held = snapshot.documents if snapshot else {}
     held_domains = set(snapshot.retrieved_domains) if snapshot else set()
-    domain = view.entries[top.doc_key].domain
     already = _held(candidates, snapshot)
-    primary = _passage(top, graded, request, held, view, chunks_of, policy, policy.primary_max_chars)
+    tier = graded.tier
+
+    def passage_of(doc: RankedDoc) -> Passage | None:
+        return _passage(doc, graded, request, held, view, chunks_of, policy, policy.primary_max_chars)
+
+    primary = passage_of(top)
+    next_unheld = _first_unheld(candidates[1:], passage_of) if primary is None and request.targeted else None
+    if next_unheld is not None:
+        # The session holds all of the best match: the missing dimension may be in the next one.
+        # The tier graded the held document, so the next one is only offered as a reference.
+        (top, primary), tier = next_unheld, Tier.REFERENCE
+    domain = view.entries[top.doc_key].domain
     rephrased = not request.targeted and _held_answers(top, held, primary)
     if primary is None or rephrased:
         # The best match is content the session holds: a repeat or a rephrasing. Its topic is
@@ -210,7 +220,18 @@ def plan_answer(
         # A targeted lookup asks for one missing dimension: its best passage, nothing around it.
         deliver += _supplements(graded, candidates, held, view, chunks_of, request, policy)
     same_domain = domain in held_domains
-    return Plan(graded.tier, tuple(deliver), already, None, same_domain=same_domain)
+    return Plan(tier, tuple(deliver), already, None, same_domain=same_domain)
+
+
+def _first_unheld(
+    candidates: Sequence[RankedDoc], passage_of: Callable[[RankedDoc], Passage | None]
+) -> tuple[RankedDoc, Passage] | None:
+    """The best-ranked candidate with a passage the session lacks, and that passage."""
+    for doc in candidates:
+        passage = passage_of(doc)
+        if passage is not None:
+            return doc, passage
+    return None
 
 
 def _held_answers(doc: RankedDoc, held: Mapping[str, HeldView], passage: Passage | None) -> bool:

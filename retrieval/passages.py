@@ -6,10 +6,11 @@ joins it when it matched too, within the character limit. Without any chunk-leve
 (the query named the document's title), the start of the document is what matched.
 
 A document that fits whole within the limit is sent whole, unless the session holds part of it
-or the lookup is targeted: the best chunk of a short document is often the wrong one of its two
-or three. On the four evaluation sets, held out, the labelled answer was in the content for 208
-of 272 answerable questions with matched chunks only, and for 238 with short documents whole,
-at 2,500 rather than 1,540 characters per result. A long document still sends what matched.
+(then the best passage it lacks is sent): the best chunk of a short document is often the wrong
+one of its two or three. On the four evaluation sets, held out, the labelled answer was in the
+content for 208 of 272 answerable questions with matched chunks only, and for 238 with short
+documents whole, at 2,500 rather than 1,540 characters per result. A long document still sends
+what matched.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def best_passage(
     """
     if not chunks:
         return None
-    if not (skip or next_best):
+    if not skip:
         whole = whole_document(doc.doc_key, chunks)
         if whole.fits(title, limit):
             return whole  # it all fits: no section of it can be the wrong one

@@ -30,6 +30,17 @@ class LookupRequest:
     def targeted(self) -> bool:
         return bool((self.missing_dimension or "").strip())
 
+    @property
+    def search_text(self) -> str:
+        """What the lookup is ranked by: a targeted lookup's dimension, since its query names the
+        topic the session already holds."""
+        return (self.missing_dimension or "").strip() if self.targeted else self.query
+
+    @property
+    def topic_text(self) -> str | None:
+        """A targeted lookup's query and dimension together: the topic its dimension must stay in."""
+        return f"{self.query}\n{(self.missing_dimension or '').strip()}" if self.targeted else None
+
 
 @dataclass(frozen=True)
 class Policy:

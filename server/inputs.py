@@ -92,7 +92,10 @@ MissingDimension = Annotated[
     Field(
         default=None,
         max_length=LOGGED_ARGUMENT_LIMITS["missing_dimension"],
-        description="The aspect you still lack after earlier results; required for a targeted lookup.",
+        description=(
+            "The aspect you still lack after earlier results, named so it stands on its own (for "
+            "example 'Kafka consumer retry policy', not 'the steps'); a targeted lookup is ranked by it."
+        ),
     ),
     AfterValidator(_text("missing_dimension")),
     BeforeValidator(_no_lone_surrogate("missing_dimension")),

@@ -152,12 +152,53 @@ async def test_a_targeted_lookup_on_a_held_topic_gets_a_passage_it_does_not_hold
     async with Client(server) as client:
         first = await lookup(client, POOL)
         targeted = await lookup(
-            client, POOL_AGAIN, missing_dimension="how maxLifetime relates to MySQL wait_timeout"
+            client, POOL_AGAIN, missing_dimension="用 hikaricp_connections_pending 指标判断池是否够用"
         )
     assert first["primary"]["doc_key"] == POOL_DOC
     assert targeted["found"] and targeted["primary"]["doc_key"] == POOL_DOC
+    assert targeted["primary"]["sections"] == ["监控与调优"]  # the section the dimension names
     assert not set(targeted["primary"]["sections"]) & set(first["primary"]["sections"])
     assert targeted["supplement"] == []  # one targeted passage, nothing around it
+
+
+async def test_a_targeted_lookup_is_ranked_by_its_missing_dimension(counted: Any) -> None:
+    # The pool page goes whole: ranked by the query alone, the session would hold all of it.
+    server, store, _ = counted()
+    async with Client(server) as client:
+        first = await lookup(client, POOL)
+        before = store.searches
+        targeted = await lookup(client, POOL_AGAIN, missing_dimension="连接泄漏怎么检测")
+        assert store.searches == before + 2  # the dimension, and the query with it (the topic)
+    assert first["primary"]["doc_key"] == POOL_DOC and not first["primary"]["partial"]
+    assert (
+        targeted["found"] and targeted["primary"]["doc_key"] == "infrastructure/connection-leak-detection.md"
+    )
+    assert POOL_DOC in doc_keys_held(targeted)
+
+
+async def test_a_targeted_lookup_whose_best_document_is_held_gets_the_next_one_as_reference(
+    counted: Any,
+) -> None:
+    server, _, _ = counted()
+    async with Client(server) as client:
+        await lookup(client, "MySQL 服务端参数怎么配置")
+        targeted = await lookup(
+            client, "MySQL 服务端参数怎么配置", missing_dimension="wait_timeout 和连接池的关系"
+        )
+    assert "infrastructure/mysql-server-config.md" in doc_keys_held(targeted)
+    assert targeted["found"] and targeted["primary"]["doc_key"] == POOL_DOC
+    assert targeted["relevance_level"] == "REFERENCE"  # the tier graded the held document
+
+
+# Alone, "more details" ranks the operations handbook (onboarding) first; "其他" matches nothing.
+@pytest.mark.parametrize("dimension", ["more details", "其他"])
+async def test_a_dimension_that_names_no_topic_stays_in_the_query_topic(counted: Any, dimension: str) -> None:
+    server, _, _ = counted()
+    async with Client(server) as client:
+        await lookup(client, POOL)
+        targeted = await lookup(client, POOL_AGAIN, missing_dimension=dimension)
+    assert targeted["found"] and targeted["primary"]["domain"] == "infrastructure"
+    assert targeted["primary"]["doc_key"] != POOL_DOC  # the session holds all of the pool page
 
 
 async def test_no_match_is_decided_like_reference(counted: Any) -> None:
