@@ -30,7 +30,7 @@ from retrieval.passages import Passage, best_passage, whole_document
 from retrieval.ranking import RankedDoc, features, rank
 from retrieval.relevance import TierModel, completeness_hint, grade
 from retrieval.tracker import HeldView, MemorySnapshot
-from storage.catalog import ChunkRecord
+from storage.catalog import CatalogEntry, ChunkRecord
 from storage.text import Language
 
 if TYPE_CHECKING:
@@ -153,23 +153,28 @@ class Plan:
         return cls(Tier.DEDUPED, (), already, "circuit_open")
 
     def documents(self, view: KnowledgeView, policy: Policy) -> list[DocumentContent]:
-        contents = []
-        for position, passage in enumerate(self.deliver):
-            entry = view.entries[passage.doc_key]
-            limit = policy.primary_max_chars if position == 0 else policy.supplement_max_chars
-            content, cut = passage.shown(entry.title, limit)
-            contents.append(
-                DocumentContent(
-                    doc_key=passage.doc_key,
-                    title=entry.title,
-                    domain=entry.domain,
-                    content=content,
-                    sections=list(passage.headings),
-                    section_count=passage.total,
-                    partial=passage.partial or cut,
-                )
+        return [
+            document_content(
+                passage,
+                view.entries[passage.doc_key],
+                policy.primary_max_chars if position == 0 else policy.supplement_max_chars,
             )
-        return contents
+            for position, passage in enumerate(self.deliver)
+        ]
+
+
+def document_content(passage: Passage, entry: CatalogEntry, limit: int) -> DocumentContent:
+    """What a result carries of one passage: its text cut at ``limit``, partial if more exists."""
+    content, cut = passage.shown(entry.title, limit)
+    return DocumentContent(
+        doc_key=passage.doc_key,
+        title=entry.title,
+        domain=entry.domain,
+        content=content,
+        sections=list(passage.headings),
+        section_count=passage.total,
+        partial=passage.partial or cut,
+    )
 
 
 def plan_answer(
@@ -217,7 +222,7 @@ def plan_answer(
         return Plan(Tier.DEDUPED, (), already, "missing_dimension_required")
     deliver = [primary]
     if top.doc_key not in held and not request.targeted:
-        # A targeted lookup asks for one missing dimension: its best passage, nothing around it.
+        # A targeted lookup asks for one missing dimension: one document or passage, no supplements.
         deliver += _supplements(graded, candidates, held, view, chunks_of, request, policy)
     same_domain = domain in held_domains
     return Plan(tier, tuple(deliver), already, None, same_domain=same_domain)

@@ -27,19 +27,23 @@ class LookupRequest:
     missing_dimension: str | None = None
 
     @property
+    def dimension(self) -> str:
+        return (self.missing_dimension or "").strip()
+
+    @property
     def targeted(self) -> bool:
-        return bool((self.missing_dimension or "").strip())
+        return bool(self.dimension)
 
     @property
     def search_text(self) -> str:
         """What the lookup is ranked by: a targeted lookup's dimension, since its query names the
         topic the session already holds."""
-        return (self.missing_dimension or "").strip() if self.targeted else self.query
+        return self.dimension or self.query
 
     @property
     def topic_text(self) -> str | None:
         """A targeted lookup's query and dimension together: the topic its dimension must stay in."""
-        return f"{self.query}\n{(self.missing_dimension or '').strip()}" if self.targeted else None
+        return f"{self.query}\n{self.dimension}" if self.targeted else None
 
 
 @dataclass(frozen=True)
