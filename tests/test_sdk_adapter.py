@@ -54,3 +54,19 @@ async def test_a_registered_tools_output_schema_is_read_live_when_listed() -> No
         async with Client(mcp, mode="legacy") as client:
             (listed,) = (await client.list_tools()).tools
     assert listed.output_schema == {"type": "object", "description": "replaced"}
+
+
+async def test_a_registered_tools_parameters_are_its_listed_input_schema() -> None:
+    # The request guard checks argument names against Tool.parameters instead of listing the tools.
+    mcp: MCPServer[Any] = MCPServer("adapter-check")
+
+    @mcp.tool()
+    async def probe(query: str, top_k: int = 3) -> str:
+        return query * top_k
+
+    (tool,) = registered_tools(mcp)
+    assert set(tool.parameters["properties"]) == {"query", "top_k"}
+    with anyio.fail_after(30):
+        async with Client(mcp, mode="legacy") as client:
+            (listed,) = (await client.list_tools()).tools
+    assert listed.input_schema == tool.parameters

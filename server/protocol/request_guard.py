@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, EmptyResult, SetLevelRequestParams, TextContent
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from server.protocol.sdk import lowlevel_server
+from server.protocol.sdk import lowlevel_server, registered_tools
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class RequestGuard:
         try:
             if isinstance(params, Mapping):
                 self._check_meta(params)
-                refusal = await self._unknown_arguments(params)
+                refusal = self._unknown_arguments(params)
                 if refusal is not None:
                     logger.info("refused tools/call: %s", refusal)
                     error = refusal
@@ -119,14 +119,16 @@ class RequestGuard:
             if not audit.recorded and self._audit is not None:
                 await self._audit(ctx, name, arguments, error, (time.perf_counter() - started) * 1000)
 
-    async def _unknown_arguments(self, params: Mapping[str, Any]) -> str | None:
+    def _unknown_arguments(self, params: Mapping[str, Any]) -> str | None:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, Mapping) or not arguments:
             return None  # the SDK's own validation reports these
-        tool = next((t for t in await self._server.list_tools() if t.name == name), None)
-        if tool is None or tool.input_schema.get("additionalProperties") is True:
+        # The registered tool's own input schema, the one the SDK lists: listing the tools builds
+        # every tool's protocol model, on every call.
+        tool = next((t for t in registered_tools(self._server) if t.name == name), None)
+        if tool is None or tool.parameters.get("additionalProperties") is True:
             return None
-        accepted = set(tool.input_schema.get("properties", {}))
+        accepted = set(tool.parameters.get("properties", {}))
         unknown = sorted(str(key) for key in arguments if key not in accepted)
         if not unknown:
             return None

@@ -37,6 +37,7 @@ def registered_tools(mcp: MCPServer[Any]) -> list[Tool]:
     """The tools registered on an MCPServer, as the SDK keeps them.
 
     Needed to publish each tool's output schema in its inlined form (``output_schema.py``): the
-    SDK reads ``Tool.fn_metadata.output_schema`` live when it lists the tools.
+    SDK reads ``Tool.fn_metadata.output_schema`` live when it lists the tools. The request guard
+    reads each tool's input schema (``Tool.parameters``) here too.
     """
     return mcp._tool_manager.list_tools()
