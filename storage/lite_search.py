@@ -182,35 +182,87 @@ def _materialize(
     output_fields: Sequence[str] | None,
 ) -> list[dict[str, Any]]:
     found.sort()  # distance, then segment and row: the engine's order on ties
-    columns = _record_columns(pk_field, output_fields)
+    best = found[:top_k]
+    records = _records(segments, [(position, row) for _, position, row in best], pk_field, output_fields)
+    restricted = not _every_column(output_fields)
     hits = []
-    for distance, position, row in found[:top_k]:
-        record = _record(segments[position], row, columns)
+    for (distance, position, row), record in zip(best, records, strict=True):
         pk = record[pk_field] if pk_field in record else segments[position].pks[row]
-        hits.append({"id": pk, "distance": distance, "entity": project(record)})
+        hits.append(
+            {"id": pk, "distance": distance, "entity": _entity(record, pk_field, project, restricted)}
+        )
     return hits
 
 
-def _record_columns(pk_field: str, output_fields: Sequence[str] | None) -> frozenset[str] | None:
-    """The columns a hit's projection can read, or None for all of them.
+def _entity(
+    record: dict[str, Any],
+    pk_field: str,
+    project: Callable[[dict[str, Any]], dict[str, Any]],
+    restricted: bool,
+) -> dict[str, Any]:
+    """A hit's fields as the engine's projection gives them.
+
+    A record read for schema fields alone (no ``$meta``) projects to those fields without the
+    primary key; that is built here, since the engine's projection re-derives the schema's
+    field names for every hit. Any other record goes through the projection itself.
+    """
+    if restricted and _META not in record:
+        return {name: value for name, value in record.items() if name != pk_field}
+    return project(record)
+
+
+def _records(
+    segments: tuple[Any, ...],
+    rows: list[tuple[int, int]],
+    pk_field: str,
+    output_fields: Sequence[str] | None,
+) -> list[dict[str, Any]]:
+    """The hits' rows as the projection reads them, in the order given.
+
+    A row is read one column at a time for all of a segment's hits together: pyarrow converts a
+    taken column in one call, where reading each value on its own costs a call per hit and field.
+    """
+    records: list[dict[str, Any]] = [{} for _ in rows]
+    by_segment: dict[int, list[int]] = {}
+    for index, (position, _) in enumerate(rows):
+        by_segment.setdefault(position, []).append(index)
+    for position, indexes in by_segment.items():
+        segment = segments[position]
+        columns = _record_columns(segment.table.schema.names, pk_field, output_fields)
+        if columns is None:
+            for index in indexes:
+                records[index] = segment.row_to_dict(rows[index][1])
+            continue
+        taken = [rows[index][1] for index in indexes]
+        for name in columns:
+            values = segment.table.column(name).take(taken).to_pylist()
+            for index, value in zip(indexes, values, strict=True):
+                records[index][name] = value
+    return records
+
+
+def _record_columns(
+    physical: Sequence[str], pk_field: str, output_fields: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """The columns a hit's projection can read, or None for the engine's full record.
 
     The engine's ``row_to_dict`` converts every column of a hit to Python, the vector too (384
-    floats for e5-small, most of the 48 hits' cost). The projection keeps the requested fields,
-    the primary key and dynamic fields from ``$meta``, so only those are read. "*" or no list
-    at all keeps the engine's full record.
+    floats for e5-small, most of the 48 hits' cost). The projection keeps the requested fields
+    and the primary key, so only those are read, and ``$meta`` (a JSON object the projection
+    decodes for every hit) only when a requested field is a dynamic one. "*" or no list at all
+    keeps the engine's full record.
     """
-    if not output_fields or "*" in output_fields:
+    if _every_column(output_fields):
         return None
-    return frozenset({pk_field, _META, *output_fields})
+    wanted = {pk_field, *(output_fields or ())}
+    if not wanted <= set(physical) - {_META}:
+        wanted.add(_META)  # a dynamic field, or $meta itself: it lives in $meta
+    return tuple(name for name in physical if name in wanted)
 
 
-def _record(segment: Any, row: int, columns: frozenset[str] | None) -> dict[str, Any]:
-    """The row's ``columns`` as the projection reads them (it decodes ``$meta`` itself)."""
-    if columns is None:
-        record: dict[str, Any] = segment.row_to_dict(row)
-        return record
-    table = segment.table
-    return {name: table.column(name)[row].as_py() for name in table.schema.names if name in columns}
+def _every_column(output_fields: Sequence[str] | None) -> bool:
+    """Whether a search asks for every field: "*", or no list at all."""
+    return not output_fields or "*" in output_fields
 
 
 def install() -> bool:

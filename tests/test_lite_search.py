@@ -170,7 +170,7 @@ def test_the_owner_searches_in_process_with_the_hits_the_socket_gives(
 
 
 def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(store: MilvusVectorStore) -> None:
-    """Only the asked-for columns are read: vectors, dynamic fields, '*' and no list alike."""
+    """Only the asked-for columns are read: vectors, dynamic fields, $meta, '*' and no list alike."""
     from pymilvus import DataType, MilvusClient
 
     client = store._client
@@ -203,7 +203,8 @@ def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(store: Milvus
         )
         return [[(h["id"], h["distance"], dict(h["entity"])) for h in per_query] for per_query in found]
 
-    for output_fields in (["doc_key"], ["note"], ["doc_key", "note", "vector"], ["id"], ["*"], [], None):
+    asked = (["doc_key"], ["id", "doc_key"], ["note"], ["doc_key", "$meta"], ["doc_key", "note", "vector"])
+    for output_fields in (*asked, ["id"], ["*"], [], None):
         cached = hits(output_fields)
         with engine_search():
             own = hits(output_fields)
