@@ -165,7 +165,31 @@ def test_calibrate_rejects_a_malformed_query_file(
     capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
 ) -> None:
     bad = tmp_path / "set" / "questions.jsonl"
-    bad.parent.mkdir()
+    (bad.parent / "kb").mkdir(parents=True)
     bad.write_text('{"query": "ok", "doc": null}\nnot json\n', encoding="utf-8")
     assert main(["calibrate", str(bad.parent), "--data-dir", str(data_dir)]) == 2
     assert f"{bad}:2: not JSON" in capsys.readouterr().err
+
+
+def test_calibrate_names_a_path_that_is_not_an_evaluation_set_before_ingesting_any(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, tmp_path: Path
+) -> None:
+    questions = tmp_path / "queries.jsonl"
+    questions.write_text('{"query": "ok", "doc": null}\n', encoding="utf-8")
+    no_kb = tmp_path / "no-kb"
+    no_kb.mkdir()
+    (no_kb / "questions.jsonl").write_text('{"query": "ok", "doc": null}\n', encoding="utf-8")
+    fine = tmp_path / "fine"
+    (fine / "kb").mkdir(parents=True)
+    (fine / "questions.jsonl").write_text('{"query": "ok", "doc": null}\n', encoding="utf-8")
+    cases = (
+        (questions, "it is not a directory"),
+        (no_kb, "it has no kb"),
+        (tmp_path / "typo", "it does not exist"),
+    )
+    for path, why in cases:
+        assert main(["calibrate", str(fine), str(path), "--data-dir", str(data_dir)]) == 2
+        err = capsys.readouterr().err
+        assert f"{path} is not an evaluation set ({why})" in err
+        assert "a directory with kb/ and questions.jsonl" in err
+    assert not (data_dir / "calibration" / "fine").exists(), "a set was ingested before the check"

@@ -42,6 +42,22 @@ _COLUMNS = (
 )
 
 
+def check_set(directory: Path) -> None:
+    """Fail before any ingest if a path is not an evaluation set."""
+    missing = [part for part in ("kb", "questions.jsonl") if not (directory / part).exists()]
+    if directory.is_dir() and not missing:
+        return
+    if not directory.exists():
+        why = "it does not exist"
+    elif directory.is_dir():
+        why = f"it has no {' and no '.join(missing)}"
+    else:
+        why = "it is not a directory"
+    raise CalibrationError(
+        f"{directory} is not an evaluation set ({why}): a set is a directory with kb/ and questions.jsonl"
+    )
+
+
 def load_set(directory: Path, settings: Settings, *, progress: bool = True) -> KnowledgeBase:
     """Ingest one evaluation set and gather the evidence of each of its questions."""
     name = directory.name
@@ -68,6 +84,8 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Pat
     if args.write and config_path is None:
         raise CommandError("--write needs --config FILE (or LOOKUP_KNOWLEDGE_CONFIG) to write into")
     try:
+        for directory in args.sets:
+            check_set(directory)
         bases = [load_set(directory, settings) for directory in args.sets]
         held_out = leave_one_out(bases) if len(bases) > 1 else []
         # fit() chooses the offset, the lexical weight and the logistic models; the weights of
