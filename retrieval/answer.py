@@ -422,5 +422,6 @@ def _message(
         parts.append(f"{len(already)} matching document(s) already in your context.")
     if memory_off:
         parts.append("No session could be identified, so documents may repeat.")
-    parts.append(budget.guidance)
+    # The guidance also stands alone in the budget, where it starts in lower case.
+    parts.append(budget.guidance[:1].upper() + budget.guidance[1:])
     return " ".join(parts)

@@ -76,6 +76,16 @@ async def test_second_lookup_of_same_document_returns_deduped(make_server: Any) 
     assert "error-codes" in second["retrieved_domains_this_session"]
 
 
+async def test_a_deduped_message_ends_with_the_guidance_as_a_sentence(make_server: Any) -> None:
+    async with Client(make_server(), mode="legacy") as client:
+        await lookup(client, "what does ERR_TIMEOUT mean")
+        second = await lookup(client, "what does ERR_TIMEOUT mean")
+    assert second["relevance_level"] == "DEDUPED"
+    guidance = second["budget"]["guidance"]  # English, and lower case where it stands alone
+    assert guidance[0].islower()
+    assert second["message"].endswith(". " + guidance[0].upper() + guidance[1:])
+
+
 async def test_a_passage_is_never_returned_twice_to_a_session(make_server: Any) -> None:
     queries = [
         "数据库连接池怎么配置",
