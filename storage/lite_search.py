@@ -11,6 +11,10 @@ a flush or a compaction makes new ones) and the same tombstones, with nothing un
 memtable. In every other state (rows written but not yet flushed, or an engine without the
 attributes read here) the engine's own function answers, unchanged.
 
+It also builds the hits' fields itself: the asked-for columns of all of a segment's hits in one
+read each, and ``$meta`` only when a dynamic field is asked for (the engine reads every column of
+every hit, value by value, and its projection decodes ``$meta`` for each).
+
 ``install()`` is called by the process that serves a Lite directory (``storage.lite_share``), and
 patches only the milvus_lite versions in ``CHECKED_VERSIONS``. ``tests/test_lite_search.py``
 compares this search with the engine's own after upserts, deletes, flushes and filtered searches.
