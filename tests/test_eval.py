@@ -55,13 +55,18 @@ def replays(eval_data_dir: Path, e5_embedder: Any) -> dict[str, tuple[ReplayRepo
     baseline = asyncio.run(replay(settings, steps, baseline=True, embedder=e5_embedder))
 
     def only(report: ReplayReport, name: str) -> ReplayReport:
-        return ReplayReport(
-            report.mode,
-            tuple(c for c in report.calls if owner[c.session] == name),
-            {s: counts for s, counts in report.sessions.items() if owner[s] == name},
-        )
+        return _of_sessions(report, {s for s, trace in owner.items() if trace == name})
 
     return {name: (only(governed, name), only(baseline, name)) for name in traces}
+
+
+def _of_sessions(report: ReplayReport, sessions: set[str]) -> ReplayReport:
+    """The part of a replay that belongs to some of its sessions."""
+    return ReplayReport(
+        report.mode,
+        tuple(c for c in report.calls if c.session in sessions),
+        {s: counts for s, counts in report.sessions.items() if s in sessions},
+    )
 
 
 @pytest.mark.parametrize("name", MULTI_TOPIC)
@@ -95,17 +100,9 @@ def unseen_replays(
     governed = asyncio.run(replay(settings, steps, embedder=e5_embedder))
     baseline = asyncio.run(replay(settings, steps, baseline=True, embedder=e5_embedder))
     return {
-        session: (_of_session(governed, session), _of_session(baseline, session))
+        session: (_of_sessions(governed, {session}), _of_sessions(baseline, {session}))
         for session in dict.fromkeys(step.session for step in steps)
     }
-
-
-def _of_session(report: ReplayReport, session: str) -> ReplayReport:
-    return ReplayReport(
-        report.mode,
-        tuple(c for c in report.calls if c.session == session),
-        {session: report.sessions[session]},
-    )
 
 
 def test_traces_on_an_unseen_knowledge_base_get_every_needed_document_once(
