@@ -93,17 +93,10 @@ def sample_template(
     tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any, milvus_server_uri: str | None
 ) -> Path:
     """A data directory holding the ingested sample knowledge base (do not modify: copy it)."""
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from tests.helpers import ingest_into
 
     data_dir = tmp_path_factory.mktemp("sample-template")
-    settings = load_settings(None, data_dir=data_dir, milvus=_template_milvus(milvus_server_uri))
-    runtime = open_runtime(settings, embedder=e5_embedder)
-    try:
-        report = runtime.ingestor().run(SAMPLE_KB)
-    finally:
-        runtime.close()
-    assert not report.failed, report.failed
+    ingest_into(data_dir, SAMPLE_KB, e5_embedder, milvus=_template_milvus(milvus_server_uri))
     return data_dir
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: servers as real subprocesses, and an event-loop ticker."""
+"""Helpers shared by the tests: servers as real subprocesses, an event-loop ticker, an ingested data directory."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.milvus_target import target_env
 
@@ -98,3 +99,17 @@ async def loop_ticks(interval_s: float) -> AsyncIterator[Ticks]:
         yield ticks
     finally:
         task.cancel()
+
+
+def ingest_into(data_dir: Path, kb: Path, embedder: Any, milvus: dict[str, Any] | None = None) -> Any:
+    """Ingest kb into data_dir with the given embedder; the report, asserted free of failures."""
+    from server.config.settings import load_settings
+    from server.stack import open_runtime
+
+    runtime = open_runtime(load_settings(None, data_dir=data_dir, milvus=milvus), embedder=embedder)
+    try:
+        report = runtime.ingestor().run(kb)
+    finally:
+        runtime.close()
+    assert not report.failed, report.failed
+    return report

@@ -22,6 +22,7 @@ from server.cli.replay import (
     replay,
 )
 from server.config.settings import load_settings
+from tests.helpers import ingest_into
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TRACES = EXAMPLES / "traces"
@@ -87,15 +88,10 @@ def unseen_replays(
     tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any
 ) -> dict[str, tuple[ReplayReport, ReplayReport]]:
     """The traces of the set the defaults were not fitted on, over its own knowledge base."""
-    from server.stack import open_runtime
-
-    settings = load_settings(None, data_dir=tmp_path_factory.mktemp("unseen") / "data")
-    runtime = open_runtime(settings, embedder=e5_embedder)
-    try:
-        report = runtime.ingestor().run(UNSEEN / "kb")
-    finally:
-        runtime.close()
-    assert len(report.added) >= 20 and not report.failed, report.summary()
+    data_dir = tmp_path_factory.mktemp("unseen") / "data"
+    report = ingest_into(data_dir, UNSEEN / "kb", e5_embedder)
+    assert len(report.added) >= 20, report.summary()
+    settings = load_settings(None, data_dir=data_dir)
     steps = read_trace(UNSEEN / "traces.jsonl")
     governed = asyncio.run(replay(settings, steps, embedder=e5_embedder))
     baseline = asyncio.run(replay(settings, steps, baseline=True, embedder=e5_embedder))

@@ -42,9 +42,13 @@ _COLUMNS = (
 )
 
 
+# An evaluation set's layout: a knowledge base, and the questions asked of it.
+KB_DIR, QUESTIONS_FILE = "kb", "questions.jsonl"
+
+
 def check_set(directory: Path) -> None:
     """Fail before any ingest if a path is not an evaluation set."""
-    missing = [part for part in ("kb", "questions.jsonl") if not (directory / part).exists()]
+    missing = [part for part in (KB_DIR, QUESTIONS_FILE) if not (directory / part).exists()]
     if directory.is_dir() and not missing:
         return
     if not directory.exists():
@@ -54,18 +58,18 @@ def check_set(directory: Path) -> None:
     else:
         why = "it is not a directory"
     raise CalibrationError(
-        f"{directory} is not an evaluation set ({why}): a set is a directory with kb/ and questions.jsonl"
+        f"{directory} is not an evaluation set ({why}): a set is a directory with {KB_DIR}/ and {QUESTIONS_FILE}"
     )
 
 
 def load_set(directory: Path, settings: Settings, *, progress: bool = True) -> KnowledgeBase:
     """Ingest one evaluation set and gather the evidence of each of its questions."""
     name = directory.name
-    queries = read_queries(directory / "questions.jsonl")
+    queries = read_queries(directory / QUESTIONS_FILE)
     local = settings.model_copy(update={"data_dir": settings.data_dir / "calibration" / name})
     runtime = open_runtime(local)
     try:
-        report = runtime.ingestor().run(directory / "kb")
+        report = runtime.ingestor().run(directory / KB_DIR)
         if progress:
             print(f"{name}: {report.summary()}", file=sys.stderr)
         if report.failed:
