@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from retrieval.requests import LookupRequest  # noqa: E402
+from server.cli.calibrate import KB_DIR, QUESTIONS_FILE  # noqa: E402
 from server.config.settings import load_settings  # noqa: E402
 from server.stack import Runtime, lookup_service, open_runtime  # noqa: E402
 
@@ -47,7 +48,7 @@ def short_cases() -> list[dict[str, Any]]:
 
 
 def whole_question_cases(name: str) -> Iterator[dict[str, Any]]:
-    lines = (EVAL / name / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (EVAL / name / QUESTIONS_FILE).read_text(encoding="utf-8").splitlines()
     questions = [q for q in map(json.loads, lines) if q.get("doc") and q.get("kind") != "code"]
     for i, wanted in enumerate(questions):
         domain = wanted["doc"].split("/")[0]
@@ -77,7 +78,7 @@ async def run(cases: list[dict[str, Any]], data_dir: Path) -> dict[str, Counter[
             name = case["set"]
             if name not in runtimes:
                 runtimes[name] = open_runtime(load_settings(None, data_dir=data_dir / "calibration" / name))
-                report = runtimes[name].ingestor().run(EVAL / name / "kb")
+                report = runtimes[name].ingestor().run(EVAL / name / KB_DIR)
                 print(f"{name}: {report.summary()}", file=sys.stderr)
             service = lookup_service(runtimes[name])
             counts = figures["same document" if case["same_doc"] else "other document"]
