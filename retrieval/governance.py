@@ -31,7 +31,7 @@ _DECIDING_TIERS = (Tier.PRECISE, Tier.HIGHLY_RELEVANT, Tier.REFERENCE, Tier.DEDU
 class LevelBounds(BaseModel):
     """LOW while usage <= low_max, MEDIUM while <= medium_max, HIGH beyond."""
 
-    model_config = {"frozen": True}
+    model_config = {"frozen": True, "extra": "forbid"}
 
     low_max: int = Field(ge=0)
     medium_max: int = Field(ge=0)
@@ -93,6 +93,9 @@ def _default_guidance() -> dict[Language, dict[GuidanceKey, str]]:
 
 class GovernanceConfig(BaseModel):
     """The decision matrix, water levels, guidance templates and domain policy."""
+
+    # A misspelt key must be an error, not a setting silently left at its default.
+    model_config = {"extra": "forbid"}
 
     enabled: bool = Field(default=True, description="false: never refuse (a stateless retriever).")
     water_metric: WaterMetric = Field(

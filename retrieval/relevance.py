@@ -30,7 +30,7 @@ FEATURES = (
 class Logistic(BaseModel):
     """A logistic model over named features, with the decision threshold on its probability."""
 
-    model_config = {"frozen": True}
+    model_config = {"frozen": True, "extra": "forbid"}
 
     weights: dict[str, float] = Field(description=f"Weight per feature; features: {', '.join(FEATURES)}.")
     bias: float = Field(description="Intercept.")
@@ -65,7 +65,7 @@ class TierModel(BaseModel):
     - ``supplement_margin``: how close another document must score to go with a HIGHLY_RELEVANT one.
     """
 
-    model_config = {"frozen": True}
+    model_config = {"frozen": True, "extra": "forbid"}
 
     on_topic: Logistic
     top_right: Logistic

@@ -87,6 +87,27 @@ def test_an_unknown_feature_is_rejected_naming_the_embedder_entry(tmp_path: Path
     assert holder.reload_errors == 1
 
 
+def test_a_misspelt_nested_key_keeps_the_old_config_and_logs_its_dotted_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("governance:\n  domain_policy: soft\n", encoding="utf-8")
+    holder = SettingsHolder(load_settings(config, data_dir=tmp_path), config, {"data_dir": tmp_path})
+    with caplog.at_level(logging.ERROR, logger="server.config.reload"):
+        # Without the check the typo would reload as the defaults and log "config reloaded".
+        config.write_text("governance:\n  domain_polcy: hard\n  water_metric: calls\n", encoding="utf-8")
+        assert holder.check() is False
+    assert holder.current().governance.water_metric == "tokens"
+    assert holder.reload_errors == 1 and holder.reloads == 0
+    assert holder.last_error is not None and holder.last_error.startswith(
+        f"invalid configuration in {config}: governance.domain_polcy: Extra inputs are not permitted"
+    )
+    assert "config reload rejected, keeping the previous settings: " + holder.last_error in caplog.text
+    config.write_text("governance:\n  domain_policy: hard\n", encoding="utf-8")
+    assert holder.check() is True
+    assert holder.current().governance.domain_policy == "hard"
+
+
 def test_unparseable_yaml_keeps_the_old_config_and_a_fix_is_applied(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     write_config(config, top_right=0.5)
@@ -94,8 +115,9 @@ def test_unparseable_yaml_keeps_the_old_config_and_a_fix_is_applied(tmp_path: Pa
     config.write_text("relevance: [unclosed\n", encoding="utf-8")
     assert holder.check() is False
     assert holder.last_error is not None and holder.last_error.startswith(
-        f"config file '{config}' is not valid YAML"
+        f"config file '{config}' is not valid YAML: line 2, column 1: "
     )
+    assert "\n" not in holder.last_error  # one log line
     write_config(config, top_right=0.55)
     assert holder.check() is True
     assert holder.current().tier_model.top_right.threshold == 0.55

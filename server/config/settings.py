@@ -2,7 +2,8 @@
 
 Read once at the entry point and passed down; nothing reads the environment at import time.
 Environment variables use the prefix ``LOOKUP_KNOWLEDGE_`` and ``__`` between nested names,
-e.g. ``LOOKUP_KNOWLEDGE_MILVUS__URI=http://milvus:19530``.
+e.g. ``LOOKUP_KNOWLEDGE_MILVUS__URI=http://milvus:19530``. An unknown key inside a section, from the
+file, the environment or a flag, is an error naming its dotted path (``Section``).
 
 Every setting declares, once, how a running server applies an edit of the config file: ``HOT``,
 ``RESTART`` or ``CLI`` as ``Annotated`` metadata, on a whole section or on each of its fields.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from retrieval.governance import GovernanceConfig
@@ -64,7 +65,15 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-class MilvusSettings(BaseModel):
+class Section(BaseModel):
+    """A part of the settings. An unknown key is an error that names its dotted path, because an
+    ignored one leaves its setting at the default without a word: a misspelt ``http.auth_token``
+    would leave authentication off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class MilvusSettings(Section):
     uri: str | None = Field(
         default=None,
         description="Milvus URI. Unset: a Milvus Lite file in the data directory. "
@@ -79,7 +88,7 @@ class MilvusSettings(BaseModel):
     )
 
 
-class EmbedderSettings(BaseModel):
+class EmbedderSettings(Section):
     name: EmbedderName = Field(default="e5-small", description="e5-small (bundled, offline) or bge-m3.")
     model_path: str = Field(
         default="BAAI/bge-m3", description="bge-m3 only: a local model directory or a hub id."
@@ -91,7 +100,7 @@ class EmbedderSettings(BaseModel):
     )
 
 
-class RerankerSettings(BaseModel):
+class RerankerSettings(Section):
     enabled: bool = Field(
         default=False,
         description="Rescore the best candidate chunks of each lookup with a cross-encoder (FlagReranker). "
@@ -108,7 +117,7 @@ class RerankerSettings(BaseModel):
     batch_size: int = Field(default=16, ge=1, le=1024, description="Pairs scored per forward pass.")
 
 
-class ChunkingSettings(BaseModel):
+class ChunkingSettings(Section):
     max_chars: int = Field(default=1200, ge=100, le=20000, description="Largest chunk, in characters.")
     max_tokens: int = Field(
         default=300,
@@ -154,7 +163,7 @@ def _default_models() -> dict[str, TierModel]:
     }
 
 
-class RelevanceSettings(BaseModel):
+class RelevanceSettings(Section):
     models: dict[str, TierModel] = Field(
         default_factory=_default_models,
         description="Per embedder: the logistic models that turn evidence features into tiers, and the "
@@ -165,7 +174,7 @@ class RelevanceSettings(BaseModel):
     )
 
 
-class RetrievalSettings(BaseModel):
+class RetrievalSettings(Section):
     default_top_k: Annotated[int, CLI] = Field(
         default=3, ge=TOP_K_MIN, le=TOP_K_MAX, description="top_k when the caller gives none."
     )
@@ -199,7 +208,7 @@ class RetrievalSettings(BaseModel):
     )
 
 
-class MemorySettings(BaseModel):
+class MemorySettings(Section):
     ttl_seconds: Annotated[float, HOT] = Field(
         default=1800, gt=0, description="Idle time after which a session is forgotten."
     )
@@ -212,7 +221,7 @@ class MemorySettings(BaseModel):
     )
 
 
-class LogSettings(BaseModel):
+class LogSettings(Section):
     # Restart: the log is opened once, at start.
     enabled: Annotated[bool, RESTART] = Field(
         default=True, description="Write every tool call to the SQLite invocation log."
@@ -223,10 +232,8 @@ class LogSettings(BaseModel):
     )
 
 
-class HttpClient(BaseModel):
+class HttpClient(Section):
     """One principal of the HTTP transports: a name and the SHA-256 of its bearer token."""
-
-    model_config = {"extra": "forbid"}
 
     name: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
@@ -238,7 +245,7 @@ class HttpClient(BaseModel):
     )
 
 
-class HttpSettings(BaseModel):
+class HttpSettings(Section):
     host: str = Field(default="127.0.0.1", description="Bind address for HTTP transports.")
     port: int = Field(default=8765, ge=1, le=65535, description="Port for HTTP transports.")
     auth_token: str | None = Field(
@@ -286,7 +293,7 @@ class HttpSettings(BaseModel):
         return found
 
 
-class WatchSettings(BaseModel):
+class WatchSettings(Section):
     directory: Path | None = Field(
         default=None,
         description="serve --watch: a knowledge base folder kept in sync with the index while serving "
@@ -401,16 +408,46 @@ class ConfigError(ValueError):
     """The configuration file or an override is invalid; the message names the field."""
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _mark(mark: yaml.Mark) -> str:
+    # PyYAML counts lines and columns from 0; editors, and PyYAML's own messages, from 1.
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """One line: where the parser stopped and why, and what it was inside (opened where).
+
+    PyYAML's own message spans several lines, with the offending source line and a caret under it.
+    """
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None or not exc.problem:
+        return _one_line(str(exc))
+    described = f"{_mark(exc.problem_mark)}: {_one_line(exc.problem)}"
+    if exc.context:
+        # For an unclosed bracket the problem is at the end of the file; this says where it opened.
+        opened = f" at {_mark(exc.context_mark)}" if exc.context_mark is not None else ""
+        described += f" ({_one_line(exc.context)}{opened})"
+    return described
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse a config file, raising ConfigError that names the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from exc
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid YAML: {_describe_yaml_error(exc)}"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping, not {type(data).__name__}")
     return data

@@ -1,0 +1,186 @@
+"""The config file and the environment are read strictly: an unknown key is an error naming its
+dotted path, and a file that is not YAML is reported on one line with where the parser stopped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from server.cli.main import main
+from server.config.settings import (
+    DEFAULT_PRINCIPAL,
+    ENV_PREFIX,
+    ConfigError,
+    Settings,
+    load_settings,
+    token_digest,
+)
+
+# Every check here fails before anything is opened; the bound only matters if that regresses
+# and a lookup runs instead.
+pytestmark = pytest.mark.timeout(120)
+
+UNKNOWN = "Extra inputs are not permitted"
+DIGEST = "0" * 64
+
+
+@pytest.fixture(autouse=True)
+def _no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in os.environ:
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+
+
+def run_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str], *config: str) -> tuple[int, str]:
+    """The CLI's exit code and stderr for a lookup, with --config when one is given."""
+    flags = ["--config", config[0]] if config else []
+    code = main(["lookup", "x", "--data-dir", str(tmp_path / "data"), *flags])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "dotted"),
+    [
+        # Authentication would silently stay off.
+        ("http:\n  auth_tokn: s3cret\n", "http.auth_tokn"),
+        ("governance:\n  domain_polcy: hard\n", "governance.domain_polcy"),
+        ("memory:\n  ttl: 60\n", "memory.ttl"),
+        ("retrieval:\n  primary_max_char: 10\n", "retrieval.primary_max_char"),
+        (
+            "governance:\n  levels:\n    calls: {low_max: 1, medium_max: 3, high_max: 5}\n",
+            "governance.levels.calls.high_max",
+        ),
+        (f"http:\n  clients: [{{name: ci, token_sha256: '{DIGEST}', role: admin}}]\n", "http.clients.0.role"),
+        ("relevance:\n  hint_languag: en\n", "relevance.hint_languag"),
+        (
+            "relevance:\n  models:\n    e5-small:\n"
+            "      on_topic: {weights: {}, bias: 5.0, threshold: 0.5}\n"
+            "      top_right: {weights: {}, bias: 0.0, threshold: 0.5, thresold: 0.9}\n",
+            "relevance.models.e5-small.top_right.thresold",
+        ),
+        (
+            "relevance:\n  models:\n    e5-small:\n"
+            "      on_topic: {weights: {}, bias: 5.0, threshold: 0.5}\n"
+            "      top_right: {weights: {}, bias: 0.0, threshold: 0.5}\n"
+            "      lexical_wieght: 0.2\n",
+            "relevance.models.e5-small.lexical_wieght",
+        ),
+    ],
+)
+def test_a_misspelt_key_inside_a_section_stops_the_cli_naming_its_dotted_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, dotted: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text, encoding="utf-8")
+    code, err = run_lookup(tmp_path, capsys, str(config))
+    assert code == 2
+    assert err.startswith(f"error: invalid configuration in {config}: {dotted}: {UNKNOWN}")
+    assert len(err.splitlines()) == 1 and "; " not in err, err  # that key, and nothing else, is wrong
+    assert not (tmp_path / "data").exists()  # nothing was opened
+
+
+def _sections() -> list[str]:
+    return [
+        name
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    ]
+
+
+@pytest.mark.parametrize("section", _sections())
+def test_every_section_rejects_a_key_it_does_not_define(tmp_path: Path, section: str) -> None:
+    # Walks the model, so a section added later is held to the same rule.
+    with pytest.raises(
+        ConfigError, match=rf"^invalid configuration in environment/flags: {section}\.no_such_key: {UNKNOWN}$"
+    ):
+        load_settings(None, data_dir=tmp_path, **{section: {"no_such_key": 1}})
+
+
+@pytest.mark.parametrize(
+    ("variable", "dotted"),
+    [
+        ("GOVERNANCE__DOMAIN_POLCY", "governance.domain_polcy"),
+        ("HTTP__AUTH_TOKN", "http.auth_tokn"),
+    ],
+)
+def test_a_misspelt_nested_environment_variable_stops_the_cli(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    dotted: str,
+) -> None:
+    monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "hard")
+    code, err = run_lookup(tmp_path, capsys)
+    assert code == 2
+    assert err.startswith(f"error: invalid configuration in environment/flags: {dotted}: {UNKNOWN}")
+    assert len(err.splitlines()) == 1, err
+
+
+def test_the_correctly_spelt_keys_still_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"http:\n  auth_token: s3cret\n  clients: [{{name: ci, token_sha256: '{DIGEST}'}}]\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv(f"{ENV_PREFIX}GOVERNANCE__DOMAIN_POLICY", "hard")
+    settings = load_settings(config, data_dir=tmp_path)
+    assert settings.http.principals() == {DIGEST: "ci", token_digest("s3cret"): DEFAULT_PRINCIPAL}
+    assert settings.governance.domain_policy == "hard"
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        # An unclosed bracket: the problem is at the end, the context says where it opened.
+        (
+            "governance:\n  domain_policy: soft\nretrieval: [1, 2\n",
+            "line 4, column 1: expected ',' or ']', but got '<stream end>' "
+            "(while parsing a flow sequence at line 3, column 12)",
+        ),
+        (
+            "retrieval:\n  content: passage\n   supplements: graded\n",
+            "line 3, column 15: mapping values are not allowed here",
+        ),
+        (
+            "governance:\n\tenabled: true\n",
+            "line 2, column 1: found character '\\t' that cannot start any token",
+        ),
+    ],
+)
+def test_malformed_yaml_is_one_line_with_the_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, where: str
+) -> None:
+    config = tmp_path / "malformed.yaml"
+    config.write_text(content, encoding="utf-8")
+    code, err = run_lookup(tmp_path, capsys, str(config))
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: config file '{config}' is not valid YAML: {where}")
+
+
+def test_yaml_the_reader_refuses_is_one_line_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A control character: PyYAML's reader gives no line and column, so its message is flattened.
+    config = tmp_path / "control.yaml"
+    config.write_text("governance:\n  domain_policy: \x07\n", encoding="utf-8")
+    code, err = run_lookup(tmp_path, capsys, str(config))
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: config file '{config}' is not valid YAML: unacceptable character #x0007")
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "latin1.yaml"
+    before = "governance:\n  domain_policy: s"
+    config.write_bytes(f"{before}ô\n".encode("latin-1"))
+    code, err = run_lookup(tmp_path, capsys, str(config))
+    assert code == 2
+    assert (
+        err
+        == f"error: config file '{config}' is not UTF-8 text: invalid continuation byte at byte {len(before)}\n"
+    )
