@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from retrieval.calibration import (
     CalibrationError,
     Figures,
@@ -28,6 +26,7 @@ from retrieval.calibration import (
 from retrieval.engine import KnowledgeView
 from server.cli.errors import CommandError
 from server.config.settings import Settings
+from server.config.yaml_entry import YamlEntryError, set_entry
 from server.stack import open_runtime
 
 _COLUMNS = (
@@ -153,7 +152,10 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def write_model(path: Path, embedder: str, model: dict[str, Any]) -> None:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
-    data = data or {}
-    data.setdefault("relevance", {}).setdefault("models", {})[embedder] = model
-    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    """Set relevance.models.<embedder> in the config file, keeping the rest of it and its comments."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        updated = set_entry(text, ["relevance", "models", embedder], model)
+    except YamlEntryError as exc:
+        raise CommandError(f"cannot write the model into {path}: {exc}") from exc
+    path.write_text(updated, encoding="utf-8")
