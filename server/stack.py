@@ -16,11 +16,12 @@ from typing import Any
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
 from retrieval.engine import KnowledgeEngine
 from retrieval.ingest import Ingestor
+from retrieval.models import KnowledgeMap
 from retrieval.requests import Policy
 from retrieval.reranker import PassageReranker, create_reranker
 from retrieval.service import LookupService
 from retrieval.tracker import ActionMemory
-from server.config.data_dir import prepare_data_dir
+from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.settings import Settings
 from storage.catalog import Catalog
 from storage.documents import ChunkingRule
@@ -139,3 +140,11 @@ def lookup_service(
         memory if memory is not None else action_memory(settings),
         policy or (lambda: policy_from(settings)),
     )
+
+
+def described_map(knowledge_map: KnowledgeMap, data_dir: Path) -> KnowledgeMap:
+    """The map, saying so and how to fill it when the knowledge base is empty (MCP and CLI alike)."""
+    if knowledge_map.document_count:
+        return knowledge_map
+    message = empty_knowledge_base_message(data_dir)
+    return knowledge_map.model_copy(update={"empty": True, "message": message})

@@ -89,6 +89,7 @@ def test_lookup_text_output_and_bad_arguments(capsys: pytest.CaptureFixture[str]
 def test_map_lists_every_domain(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
     code, result = _run(capsys, "map", "--json", "--data-dir", str(data_dir))
     assert code == 0
+    assert result["empty"] is False and result["message"] is None
     assert {d["domain_id"] for d in result["domains"]} == {
         "api",
         "error-codes",
@@ -138,7 +139,7 @@ def test_calibrate_reports_held_out_figures_and_writes_the_model(
         ],
     )
     config = tmp_path / "config.yaml"
-    config.write_text("log:\n  log_queries: true\n", encoding="utf-8")
+    config.write_text("# the team's settings\nlog:\n  log_queries: true  # keep the text\n", encoding="utf-8")
     code, report = _run(
         capsys,
         "calibrate",
@@ -155,7 +156,9 @@ def test_calibrate_reports_held_out_figures_and_writes_the_model(
     assert set(report["held_out"]) == {"api-set", "error-set"}
     assert report["held_out_total"]["questions"] == 10
     assert report["held_out"]["error-set"]["codes_precise"] == "1/1"
-    written = yaml.safe_load(config.read_text(encoding="utf-8"))
+    text = config.read_text(encoding="utf-8")
+    assert text.startswith("# the team's settings\nlog:\n  log_queries: true  # keep the text\nrelevance:\n")
+    written = yaml.safe_load(text)
     assert written["log"] == {"log_queries": True}
     assert written["relevance"]["models"]["e5-small"] == report["fitted_on_all"]
     assert load_settings(config, data_dir=tmp_path).tier_model.model_dump() == report["fitted_on_all"]

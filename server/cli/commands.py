@@ -13,15 +13,16 @@ from typing import Any
 
 from retrieval.embedders import EmbedderError
 from retrieval.ingest import IngestError
+from retrieval.models import KnowledgeMap
 from retrieval.requests import LookupRequest
 from retrieval.service import UnknownDomainError
 from server.cli.errors import CommandError
 from server.cli.progress import ProgressBar
-from server.config.data_dir import DataDirError
+from server.config.data_dir import DataDirError, empty_knowledge_base_message
 from server.config.settings import Settings
 from server.inputs import Domain, InputError, Query, TopK, parse
 from server.rendering import render_lookup, render_map
-from server.stack import Runtime, lookup_service, open_runtime
+from server.stack import Runtime, described_map, lookup_service, open_runtime
 from server.watch import ingest_lock
 from storage.vector_store import StoreError
 
@@ -55,11 +56,13 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
 
 def _request(args: argparse.Namespace, settings: Settings) -> LookupRequest:
     """The lookup's arguments, checked as the MCP tool checks them."""
+    # `is None`, not falsiness: --top-k 0 is out of range and must be refused, not defaulted.
+    top_k = settings.retrieval.default_top_k if args.top_k is None else args.top_k
     try:
         return LookupRequest(
             query=parse(Query, args.query, "query"),
             domain=parse(Domain, args.domain, "--domain"),
-            top_k=parse(TopK, args.top_k or settings.retrieval.default_top_k, "--top-k"),
+            top_k=parse(TopK, top_k, "--top-k"),
         )
     except InputError as exc:
         raise CommandError(str(exc)) from exc
@@ -67,9 +70,19 @@ def _request(args: argparse.Namespace, settings: Settings) -> LookupRequest:
 
 async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     request = _request(args, settings)
+    if not settings.data_dir.is_dir():
+        # Nothing was ever ingested there (often a mistyped --data-dir): say so without creating
+        # the directory or loading the model.
+        raise CommandError(empty_knowledge_base_message(settings.data_dir))
     runtime = _open(settings)
     try:
-        outcome = await lookup_service(runtime).lookup(request, session_key=None, scope="none")
+        service = lookup_service(runtime)
+        view = await service.view()
+        if not view.entries:
+            # As the MCP tool does: an error naming the fix, never a NO_MATCH that reads as
+            # "nothing relevant" when the data directory is mistyped or was never ingested.
+            raise CommandError(empty_knowledge_base_message(settings.data_dir))
+        outcome = await service.lookup(request, session_key=None, scope="none", view=view)
     except UnknownDomainError as exc:
         raise CommandError(str(exc)) from exc
     finally:
@@ -77,19 +90,25 @@ async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> i
     if args.json:
         print(outcome.result.model_dump_json(indent=2))
     else:
-        print(render_lookup(outcome.result), end="")
+        text = render_lookup(outcome.result)
+        print(text, end="" if text.endswith("\n") else "\n")
     logger.debug("lookup took %.1f ms; details %s", outcome.latency_ms, outcome.details)
     return 0
 
 
 def cmd_map(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
-    runtime = _open(settings)
-    try:
-        knowledge_map = runtime.engine.knowledge_map()
-    finally:
-        runtime.close()
-    print(
-        knowledge_map.model_dump_json(indent=2) if args.json else render_map(knowledge_map),
-        end="\n" if args.json else "",
-    )
+    knowledge_map = KnowledgeMap(domains=[], document_count=0)  # a data directory never created
+    if settings.data_dir.is_dir():
+        runtime = _open(settings)
+        try:
+            knowledge_map = runtime.engine.knowledge_map()
+        finally:
+            runtime.close()
+    knowledge_map = described_map(knowledge_map, settings.data_dir)
+    if args.json:
+        print(knowledge_map.model_dump_json(indent=2))
+        return 0
+    print(render_map(knowledge_map), end="")
+    if knowledge_map.message:
+        print(knowledge_map.message)
     return 0

@@ -72,7 +72,7 @@ def _lookup_args(sub: Subparsers) -> argparse.ArgumentParser:
 
 def _map_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("map", help="print the knowledge map (domains, coverage, when to retrieve)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the JSON knowledge map")
     return p
 
 
@@ -84,7 +84,7 @@ def _calibrate_args(sub: Subparsers) -> argparse.ArgumentParser:
         "sets", type=Path, nargs="+", help="evaluation sets: directories with kb/ and questions.jsonl"
     )
     p.add_argument("--write", action="store_true", help="write the model fitted on all sets into --config")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
 
@@ -109,9 +109,16 @@ def _serve_args(sub: Subparsers) -> argparse.ArgumentParser:
 
 def _stats_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="summarise the invocation log")
-    p.add_argument("--since", default=None, help="e.g. 24h, 7d, 30m")
-    p.add_argument("--session", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="only calls since WHEN: a duration before now (90s, 30m, 24h, 7d, 2w; decimals such as "
+        "1.5d work) or an ISO 8601 date or time (2026-05-01, 2026-05-01T09:30, "
+        "2026-05-01T09:30:00+02:00; UTC when no offset is given)",
+    )
+    p.add_argument("--session", default=None, help="only the calls of this session key")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--png", type=Path, default=None, help="also draw a chart to this PNG file")
     return p
 
@@ -122,7 +129,7 @@ def _eval_args(sub: Subparsers) -> argparse.ArgumentParser:
         "trace", type=Path, help='JSONL lines {"session":..., "query":..., "missing_dimension"?:...}'
     )
     p.add_argument("--baseline", action="store_true", help="also run with governance and dedup off")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
     return p
 
 
@@ -154,9 +161,10 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None,
     if args.data_dir is not None:
         overrides["data_dir"] = args.data_dir
     http: dict[str, Any] = {}
-    if getattr(args, "host", None):
+    # `is not None`, not truthiness: --port 0 and --host "" are values to check, not "unset".
+    if getattr(args, "host", None) is not None:
         http["host"] = args.host
-    if getattr(args, "port", None):
+    if getattr(args, "port", None) is not None:
         http["port"] = args.port
     token = _auth_token(args)
     if token:

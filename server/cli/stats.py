@@ -17,9 +17,9 @@ from typing import Any
 
 from server.cli.errors import CommandError
 from server.config.settings import Settings
-from server.log_summary import summarize
+from server.log_summary import summarize, tier_thresholds_line
 from storage.schema import SchemaVersionError
-from storage.stats_queries import read_log_stats
+from storage.stats_queries import LogStats, read_log_stats
 
 logger = logging.getLogger(__name__)
 
@@ -65,19 +65,8 @@ def _bars(counts: dict[str, int], *, indent: str = "  ") -> list[str]:
 def _similarity_lines(similarity: dict[str, Any]) -> list[str]:
     if not similarity["bins"]:
         return ["  (no lookup with an L1 similarity)"]
-    thresholds = similarity.get("thresholds") or {}
-    marks = {name: value for name, value in thresholds.items() if isinstance(value, int | float)}
-    counts = {}
-    for b in similarity["bins"]:
-        label = f"{b['from']:.3f}-{b['to']:.3f}"
-        # Flag the bins that hold a tier threshold: that is where tuning moves calls between tiers.
-        inside = [name for name, value in marks.items() if b["from"] <= value < b["to"]]
-        counts[label + (f" <{','.join(inside)}" if inside else "")] = b["count"]
-    lines = _bars(counts)
-    if marks:
-        described = ", ".join(f"{name} {value}" for name, value in marks.items())
-        lines.append(f"  thresholds ({similarity.get('embedder') or 'unknown embedder'}): {described}")
-    return lines
+    counts = {f"{b['from']:.3f}-{b['to']:.3f}": b["count"] for b in similarity["bins"]}
+    return [*_bars(counts), f"  embedder: {similarity.get('embedder') or 'unknown'}"]
 
 
 def render_text(summary: dict[str, Any]) -> str:
@@ -96,6 +85,9 @@ def render_text(summary: dict[str, Any]) -> str:
     lines += ["", "Relevance levels (lookup_knowledge)", *_bars(summary["relevance_levels"])]
     lines += ["", "Dedup reasons (lookup_knowledge)", *_bars(summary["dedup_reasons"])]
     lines += ["", "Top similarity (l1_top_similarity)", *_similarity_lines(summary["top_similarity"])]
+    thresholds = tier_thresholds_line(summary.get("tier_thresholds"))
+    if thresholds:
+        lines += ["", thresholds]
     sessions = summary["sessions"]
     redundant, blocked = summary["redundant_calls"], summary["blocked_calls"]
     rate = f"{redundant['rate']:.1%}" if redundant["rate"] is not None else "n/a"
@@ -117,13 +109,31 @@ def render_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _read_log(settings: Settings, since: float | None, session_key: str | None) -> LogStats:
+    """The log's aggregates; a missing or unreadable log is a CommandError naming the file."""
+    path = settings.log_path
+    if not path.exists():
+        # Not "no calls": with no file nothing was ever logged here, most often a wrong --data-dir.
+        raise CommandError(
+            f"no invocation log at {str(path)!r}: no server has logged calls under this data "
+            "directory (check --data-dir; `serve` writes the log while log.enabled is true)"
+        )
+    try:
+        return read_log_stats(path, since=since, session_key=session_key)
+    except SchemaVersionError as exc:  # its message names the file already
+        raise CommandError(str(exc)) from exc
+    except sqlite3.Error as exc:
+        raise CommandError(f"cannot read the invocation log {str(path)!r}: {exc}") from exc
+
+
 def cmd_stats(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     """The ``stats`` command: print the summary (text or --json) and optionally draw --png."""
     try:
-        since = parse_since(args.since) if args.since else None
-        raw = read_log_stats(settings.log_path, since=since, session_key=args.session)
-    except (StatsArgumentError, SchemaVersionError, sqlite3.Error) as exc:
+        # `is not None`: an empty --since is a value to refuse, not "all time".
+        since = parse_since(args.since) if args.since is not None else None
+    except StatsArgumentError as exc:
         raise CommandError(str(exc)) from exc
+    raw = _read_log(settings, since, args.session)
     summary = summarize(raw, since=since, session_key=args.session)
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))

@@ -26,6 +26,7 @@ from server.protocol import prompts
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
+from server.stack import described_map
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 
@@ -98,7 +99,9 @@ class KnowledgeCalls:
     async def list_domains(self, rc: Request) -> KnowledgeMap:
         async with self.recorder.call(rc, "list_knowledge_domains", {}):
             service = await self.resources.lookup_service()
-            return self._described(service.engine.knowledge_map(await service.view()))
+            return described_map(
+                service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
+            )
 
     async def knowledge_map(self) -> KnowledgeMap:
         """The map for resources and prompts, where a warm-up failure is a resource error."""
@@ -106,7 +109,9 @@ class KnowledgeCalls:
             service = await self.resources.lookup_service()
         except WarmupError as exc:
             raise ResourceError(str(exc)) from exc
-        return self._described(service.engine.knowledge_map(await service.view()))
+        return described_map(
+            service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
+        )
 
     async def domain(self, domain: str) -> DomainInfo:
         knowledge_map = await self.knowledge_map()
@@ -135,10 +140,3 @@ class KnowledgeCalls:
         summary["log"]["reopens"] = log.reopens if log is not None else None
         summary["log"]["last_error"] = log.last_error if log is not None else None
         return json.dumps(summary, ensure_ascii=False, indent=2)
-
-    def _described(self, knowledge_map: KnowledgeMap) -> KnowledgeMap:
-        """The map, saying so when the knowledge base is empty."""
-        if knowledge_map.document_count:
-            return knowledge_map
-        message = empty_knowledge_base_message(self.resources.settings.data_dir)
-        return knowledge_map.model_copy(update={"empty": True, "message": message})
