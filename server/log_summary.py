@@ -85,8 +85,10 @@ def summarize(raw: LogStats, *, since: float | None = None, session_key: str | N
             "bin_width": width,
             "bins": [{"from": b.start, "to": b.end, "count": b.count} for b in bins],
             "embedder": raw.embedder,
-            "thresholds": raw.thresholds,
         },
+        # Probability cut-offs of the logistic tier models, not similarities: kept apart from the
+        # similarity histogram, whose bins they do not divide.
+        "tier_thresholds": raw.thresholds,
         "sessions": {
             "count": len(raw.calls_per_session),
             "calls_per_session": _spread(raw.calls_per_session),
@@ -104,3 +106,12 @@ def summarize(raw: LogStats, *, since: float | None = None, session_key: str | N
         },
         "missed_rows": raw.missed_rows,
     }
+
+
+def tier_thresholds_line(thresholds: dict[str, Any] | None) -> str | None:
+    """The tier models' cut-offs, said to be probabilities so nobody reads them as similarities."""
+    marks = {name: value for name, value in (thresholds or {}).items() if isinstance(value, int | float)}
+    if not marks:
+        return None
+    described = ", ".join(f"{name} {value}" for name, value in marks.items())
+    return f"Tier models' probability cut-offs (latest lookup): {described}"

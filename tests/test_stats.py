@@ -298,7 +298,9 @@ def test_the_summary_counts_redundant_blocked_and_failed_calls(crafted_log: Path
     assert summary["latency_ms"]["lookup_knowledge"] == {"p50": 30.0, "p95": 50.0}
     assert summary["latency_ms"]["all"] == {"p50": 20.0, "p95": 50.0}
     similarity = summary["top_similarity"]
-    assert similarity["count"] == 3 and similarity["thresholds"] == {"reference": 0.886}
+    assert similarity["count"] == 3 and "thresholds" not in similarity
+    # The tier models' cut-offs are probabilities: they stand apart from the similarity bins.
+    assert summary["tier_thresholds"] == {"reference": 0.886}
 
 
 def test_stats_filters_by_window_and_session(crafted_log: Path) -> None:
@@ -322,7 +324,8 @@ def test_stats_command_prints_bars_and_writes_a_png(
     text = capsys.readouterr().out
     assert "Redundant-call rate: 40.0% (2 of 5 lookups" in text
     assert "Blocked calls: 1 (circuit_open 1)" in text
-    assert "█" in text and "0.885-0.890 <reference" in text
+    assert "█" in text and "0.885-0.890  " in text and "<reference" not in text
+    assert "Tier models' probability cut-offs (latest lookup): reference 0.886" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 

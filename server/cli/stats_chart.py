@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from server.log_summary import tier_thresholds_line
+
 _LEVEL_COLOURS = {
     "PRECISE": "#1a7f37",
     "HIGHLY_RELEVANT": "#4c9a2a",
@@ -47,7 +49,7 @@ def write_png(summary: dict[str, Any], path: Path) -> None:
 
     headline.axis("off")
     headline.set_title("Headline figures")
-    headline.text(0.02, 0.95, _headline(summary), va="top", family="monospace", fontsize=11)
+    headline.text(0.0, 1.0, _headline(summary), va="top", family="monospace", fontsize=9, wrap=True)
 
     window = summary["window"]
     scope = f"since {window['since']}" if window["since"] else "all time"
@@ -63,7 +65,7 @@ def write_png(summary: dict[str, Any], path: Path) -> None:
 
 def _similarity(axes: Any, similarity: dict[str, Any]) -> None:
     axes.set_title("Top similarity per lookup (l1_top_similarity)")
-    axes.set_xlabel("cosine similarity")
+    axes.set_xlabel(f"cosine similarity ({similarity.get('embedder') or 'unknown embedder'})")
     axes.set_ylabel("lookups")
     bins = similarity["bins"]
     if not bins:
@@ -78,20 +80,6 @@ def _similarity(axes: Any, similarity: dict[str, Any]) -> None:
         color="#8250df",
         edgecolor="white",
     )
-    for name, value in (similarity.get("thresholds") or {}).items():
-        if isinstance(value, int | float):
-            axes.axvline(value, color="#cf222e", linestyle="--", linewidth=1)
-            axes.annotate(
-                f"{name} {value}",
-                (value, 0.97),
-                xycoords=("data", "axes fraction"),
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=8,
-                color="#cf222e",
-                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
-            )
 
 
 def _headline(summary: dict[str, Any]) -> str:
@@ -107,7 +95,11 @@ def _headline(summary: dict[str, Any]) -> str:
         f"calls/session         median {sessions['calls_per_session']['median']}, "
         f"max {sessions['calls_per_session']['max']}",
     ]
-    for tool, latency in summary["latency_ms"].items():
-        lines.append(f"latency {tool}")
-        lines.append(f"  p50 {latency['p50']:.1f} ms, p95 {latency['p95']:.1f} ms")
-    return "\n".join(lines)
+    # One line per tool: the panel has room for about 20 lines at this size.
+    lines += ["", "latency (p50 / p95)"]
+    width = max(map(len, summary["latency_ms"]), default=0) + 2
+    lines += [
+        f"  {tool:<{width}}{t['p50']:.1f} / {t['p95']:.1f} ms" for tool, t in summary["latency_ms"].items()
+    ]
+    thresholds = tier_thresholds_line(summary.get("tier_thresholds"))
+    return "\n".join([*lines, "", thresholds] if thresholds else lines)
