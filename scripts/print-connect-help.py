@@ -29,7 +29,7 @@ def main() -> None:
 lookup-knowledge-mcp: serving streamable HTTP on {url}
 
 Client configuration (Claude Desktop, Cursor, VS Code style "mcpServers"; the stdio entry starts
-its own server, so use it when this one is stopped: one process at a time can open the index):
+its own server, which shares this data directory with the running one):
 
 {json.dumps(config, indent=2, ensure_ascii=False)}
 
