@@ -17,6 +17,7 @@ from server.config.settings import (
     Settings,
     load_settings,
     token_digest,
+    unknown_env_sections,
 )
 
 # Every check here fails before anything is opened; the bound only matters if that regresses
@@ -118,6 +119,31 @@ def test_a_misspelt_nested_environment_variable_stops_the_cli(
     assert code == 2
     assert err.startswith(f"error: invalid configuration in environment/flags: {dotted}: {UNKNOWN}")
     assert len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    "variable", ["GOVERNANC__DOMAIN_POLICY", "governanc__domain_policy", "HTTPS__AUTH_TOKEN"]
+)
+def test_a_misspelt_section_in_an_environment_variable_stops_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str
+) -> None:
+    # pydantic-settings reads only the variables of known sections: this one it would ignore.
+    monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "hard")
+    code, err = run_lookup(tmp_path, capsys)
+    assert code == 2
+    assert err.startswith(
+        f"error: invalid configuration in environment: {ENV_PREFIX}{variable}: no such section ("
+    )
+    assert len(err.splitlines()) == 1, err
+
+
+def test_variables_that_share_the_prefix_without_a_section_are_not_settings_errors() -> None:
+    environ = {
+        f"{ENV_PREFIX}CONFIG": "x.yaml",
+        f"{ENV_PREFIX}TEST_MILVUS_URI": "http://x",
+        f"{ENV_PREFIX}MILVUS__URI": "u",
+    }
+    assert unknown_env_sections(environ) == []
 
 
 def test_the_correctly_spelt_keys_still_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -468,8 +469,31 @@ def config_path_from_env() -> Path | None:
     return Path(value) if value else None
 
 
+def unknown_env_sections(environ: Mapping[str, str]) -> list[str]:
+    """Nested variables (``PREFIX<SECTION>__<KEY>``) whose section the settings do not define.
+
+    pydantic-settings reads only the variables of known fields, so a misspelt section
+    (``LOOKUP_KNOWLEDGE_GOVERNANC__DOMAIN_POLICY``) would be ignored without a word. Variables
+    without ``__`` are left alone: some that share the prefix are not settings (``..._CONFIG``).
+    """
+    sections = set(Settings.model_fields)
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(ENV_PREFIX)
+        and "__" in name
+        and name[len(ENV_PREFIX) :].split("__", 1)[0].lower() not in sections
+    )
+
+
 def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings:
     """Build Settings from a YAML file, the environment and explicit overrides (highest)."""
+    unknown = unknown_env_sections(os.environ)
+    if unknown:
+        known = ", ".join(sorted(Settings.model_fields))
+        raise ConfigError(
+            f"invalid configuration in environment: {', '.join(unknown)}: no such section ({known})"
+        )
     data = read_yaml(config_path) if config_path is not None else {}
     token = _yaml_data.set(data)
     try:
