@@ -70,9 +70,7 @@ def _request(args: argparse.Namespace, settings: Settings) -> LookupRequest:
 
 async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     request = _request(args, settings)
-    if not settings.data_dir.is_dir():
-        # Nothing was ever ingested there (often a mistyped --data-dir): say so without creating
-        # the directory or loading the model.
+    if _never_created(settings):
         raise CommandError(empty_knowledge_base_message(settings.data_dir))
     runtime = _open(settings)
     try:
@@ -96,9 +94,16 @@ async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> i
     return 0
 
 
+def _never_created(settings: Settings) -> bool:
+    """A Milvus Lite data directory that does not exist (often a mistyped --data-dir): it holds
+    nothing, and saying so needs neither creating it nor loading the model. With a Milvus
+    server the lookup connects first, so an unreachable server is what gets reported."""
+    return settings.milvus.uri is None and not settings.data_dir.is_dir()
+
+
 def cmd_map(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
-    knowledge_map = KnowledgeMap(domains=[], document_count=0)  # a data directory never created
-    if settings.data_dir.is_dir():
+    knowledge_map = KnowledgeMap(domains=[], document_count=0)
+    if not _never_created(settings):
         runtime = _open(settings)
         try:
             knowledge_map = runtime.engine.knowledge_map()
