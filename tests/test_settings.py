@@ -35,11 +35,15 @@ def _no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def run_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str], *config: str) -> tuple[int, str]:
-    """The CLI's exit code and stderr for a lookup, with --config when one is given."""
+def refused_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str], *config: str) -> str:
+    """A CLI lookup (with --config when one is given) that must stop with exit code 2 and one
+    line on stderr; that line."""
     flags = ["--config", config[0]] if config else []
     code = main(["lookup", "x", "--data-dir", str(tmp_path / "data"), *flags])
-    return code, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    return err
 
 
 @pytest.mark.parametrize(
@@ -76,10 +80,9 @@ def test_a_misspelt_key_inside_a_section_stops_the_cli_naming_its_dotted_path(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text, encoding="utf-8")
-    code, err = run_lookup(tmp_path, capsys, str(config))
-    assert code == 2
+    err = refused_lookup(tmp_path, capsys, str(config))
     assert err.startswith(f"error: invalid configuration in {config}: {dotted}: {UNKNOWN}")
-    assert len(err.splitlines()) == 1 and "; " not in err, err  # that key, and nothing else, is wrong
+    assert "; " not in err, err  # that key, and nothing else, is wrong
     assert not (tmp_path / "data").exists()  # nothing was opened
 
 
@@ -115,10 +118,8 @@ def test_a_misspelt_nested_environment_variable_stops_the_cli(
     dotted: str,
 ) -> None:
     monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "hard")
-    code, err = run_lookup(tmp_path, capsys)
-    assert code == 2
+    err = refused_lookup(tmp_path, capsys)
     assert err.startswith(f"error: invalid configuration in environment/flags: {dotted}: {UNKNOWN}")
-    assert len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(
@@ -129,12 +130,10 @@ def test_a_misspelt_section_in_an_environment_variable_stops_the_cli(
 ) -> None:
     # pydantic-settings reads only the variables of known sections: this one it would ignore.
     monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "hard")
-    code, err = run_lookup(tmp_path, capsys)
-    assert code == 2
+    err = refused_lookup(tmp_path, capsys)
     assert err.startswith(
         f"error: invalid configuration in environment: {ENV_PREFIX}{variable}: no such section ("
     )
-    assert len(err.splitlines()) == 1, err
 
 
 def test_variables_that_share_the_prefix_without_a_section_are_not_settings_errors() -> None:
@@ -182,9 +181,7 @@ def test_malformed_yaml_is_one_line_with_the_line_and_column(
 ) -> None:
     config = tmp_path / "malformed.yaml"
     config.write_text(content, encoding="utf-8")
-    code, err = run_lookup(tmp_path, capsys, str(config))
-    assert code == 2
-    assert len(err.splitlines()) == 1, err
+    err = refused_lookup(tmp_path, capsys, str(config))
     assert err.startswith(f"error: config file '{config}' is not valid YAML: {where}")
 
 
@@ -192,9 +189,7 @@ def test_yaml_the_reader_refuses_is_one_line_too(tmp_path: Path, capsys: pytest.
     # A control character: PyYAML's reader gives no line and column, so its message is flattened.
     config = tmp_path / "control.yaml"
     config.write_text("governance:\n  domain_policy: \x07\n", encoding="utf-8")
-    code, err = run_lookup(tmp_path, capsys, str(config))
-    assert code == 2
-    assert len(err.splitlines()) == 1, err
+    err = refused_lookup(tmp_path, capsys, str(config))
     assert err.startswith(f"error: config file '{config}' is not valid YAML: unacceptable character #x0007")
 
 
@@ -204,8 +199,7 @@ def test_a_config_file_that_is_not_utf8_is_one_line(
     config = tmp_path / "latin1.yaml"
     before = "governance:\n  domain_policy: s"
     config.write_bytes(f"{before}ô\n".encode("latin-1"))
-    code, err = run_lookup(tmp_path, capsys, str(config))
-    assert code == 2
+    err = refused_lookup(tmp_path, capsys, str(config))
     assert (
         err
         == f"error: config file '{config}' is not UTF-8 text: invalid continuation byte at byte {len(before)}\n"
