@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
-from retrieval.engine import KnowledgeEngine
+from retrieval.engine import KnowledgeEngine, KnowledgeView
 from retrieval.ingest import Ingestor
 from retrieval.models import KnowledgeMap
 from retrieval.requests import Policy
@@ -148,3 +148,19 @@ def described_map(knowledge_map: KnowledgeMap, data_dir: Path) -> KnowledgeMap:
         return knowledge_map
     message = empty_knowledge_base_message(data_dir)
     return knowledge_map.model_copy(update={"empty": True, "message": message})
+
+
+class EmptyKnowledgeBaseError(RuntimeError):
+    """A lookup on a knowledge base nothing was ingested into; the message names the fix."""
+
+
+async def lookup_view(service: LookupService, data_dir: Path) -> KnowledgeView:
+    """The view a lookup runs on, or EmptyKnowledgeBaseError (MCP and CLI alike).
+
+    Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge base, or read
+    as such when the data directory is mistyped, when the fix is an ingest someone has to run.
+    """
+    view = await service.view()
+    if not view.entries:
+        raise EmptyKnowledgeBaseError(empty_knowledge_base_message(data_dir))
+    return view

@@ -22,7 +22,14 @@ from server.config.data_dir import DataDirError, empty_knowledge_base_message
 from server.config.settings import Settings
 from server.inputs import Domain, InputError, Query, TopK, parse
 from server.rendering import render_lookup, render_map
-from server.stack import Runtime, described_map, lookup_service, open_runtime
+from server.stack import (
+    EmptyKnowledgeBaseError,
+    Runtime,
+    described_map,
+    lookup_service,
+    lookup_view,
+    open_runtime,
+)
 from server.watch import ingest_lock
 from storage.vector_store import StoreError
 
@@ -75,13 +82,9 @@ async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> i
     runtime = _open(settings)
     try:
         service = lookup_service(runtime)
-        view = await service.view()
-        if not view.entries:
-            # As the MCP tool does: an error naming the fix, never a NO_MATCH that reads as
-            # "nothing relevant" when the data directory is mistyped or was never ingested.
-            raise CommandError(empty_knowledge_base_message(settings.data_dir))
+        view = await lookup_view(service, settings.data_dir)
         outcome = await service.lookup(request, session_key=None, scope="none", view=view)
-    except UnknownDomainError as exc:
+    except (EmptyKnowledgeBaseError, UnknownDomainError) as exc:
         raise CommandError(str(exc)) from exc
     finally:
         runtime.close()

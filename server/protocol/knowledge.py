@@ -19,14 +19,13 @@ from mcp_types import CallToolResult, TextContent
 
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
-from server.config.data_dir import empty_knowledge_base_message
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompts
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
-from server.stack import described_map
+from server.stack import EmptyKnowledgeBaseError, described_map, lookup_view
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 
@@ -50,12 +49,11 @@ class KnowledgeCalls:
         }
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
             service = await self.resources.lookup_service()
-            view = await service.view()
+            try:
+                view = await lookup_view(service, self.resources.settings.data_dir)
+            except EmptyKnowledgeBaseError as exc:
+                raise ToolError(str(exc)) from exc
             self.resources.heap.settle(view.generation)
-            if not view.entries:
-                # Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge
-                # base, when the fix is an ingest the operator has to run.
-                raise ToolError(empty_knowledge_base_message(self.resources.settings.data_dir))
             call.outcome = await service.lookup(
                 request, session_key=call.identity.key, scope=call.identity.scope, view=view
             )
