@@ -116,11 +116,11 @@ def test_lookup_refuses_a_top_k_out_of_range_before_opening_anything(
 
 
 # -- serve: refused before it says "serving" -------------------------------------------------
-def _serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+def _serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     """`serve` with an initialize on stdin: a server that starts instead of refusing would answer it."""
     return subprocess.run(
         [*CLI, "serve", *args],
-        env=server_env(tmp_path / "data"),
+        env=server_env(tmp_path / "data", **env),
         cwd=ROOT,
         input=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}\n',
         capture_output=True,
@@ -177,6 +177,33 @@ def test_serve_refuses_an_empty_host_instead_of_binding_the_default_or_every_int
 ) -> None:
     done = _serve(tmp_path, "--transport", "streamable-http", "--host", "", "--port", str(free_port()))
     assert _one_error_line(done).startswith("error: http.host (--host) is empty")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "env", "error"),
+    [
+        (["--auth-token", ""], {}, "error: --auth-token is empty; leave it out to serve without a token"),
+        # `VAR=$TOKEN` with TOKEN unset: the server used to serve without authentication.
+        (
+            [],
+            {"LOOKUP_KNOWLEDGE_AUTH_TOKEN": ""},
+            "error: LOOKUP_KNOWLEDGE_AUTH_TOKEN is set but empty; unset it to serve without a token",
+        ),
+        (
+            [],
+            {"LOOKUP_KNOWLEDGE_HTTP__AUTH_TOKEN": ""},
+            "error: invalid configuration in environment/flags: http.auth_token: Value error, "
+            "a bearer token is one or more visible ASCII characters",
+        ),
+    ],
+    ids=["flag", "variable", "setting"],
+)
+def test_serve_refuses_an_empty_bearer_token_instead_of_serving_without_authentication(
+    tmp_path: Path, flags: list[str], env: dict[str, str], error: str
+) -> None:
+    done = _serve(tmp_path, "--transport", "streamable-http", "--port", str(free_port()), *flags, **env)
+    assert _one_error_line(done).startswith(error)
 
 
 # -- help ------------------------------------------------------------------------------------

@@ -157,6 +157,41 @@ def test_the_correctly_spelt_keys_still_apply(tmp_path: Path, monkeypatch: pytes
     assert settings.governance.domain_policy == "hard"
 
 
+TOKEN_RULE = "http.auth_token: Value error, a bearer token is one or more visible ASCII characters"
+
+
+@pytest.mark.parametrize(
+    "token",
+    # Empty used to mean "no authentication"; the others could never match a request's token,
+    # which is read without surrounding whitespace.
+    ['""', '" s3cret"', '"s3cret\\n"', '"two words"', '"pässwort"'],
+)
+def test_a_bearer_token_that_cannot_authenticate_is_refused_without_showing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], token: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"http:\n  auth_token: {token}\n", encoding="utf-8")
+    err = refused_lookup(tmp_path, capsys, str(config))
+    assert err.startswith(f"error: invalid configuration in {config}: {TOKEN_RULE}")
+    for secret in ("s3cret", "words", "wort"):
+        assert secret not in err
+
+
+def test_an_empty_bearer_token_variable_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(f"{ENV_PREFIX}HTTP__AUTH_TOKEN", "")
+    assert refused_lookup(tmp_path, capsys).startswith(
+        f"error: invalid configuration in environment/flags: {TOKEN_RULE}"
+    )
+
+
+def test_a_visible_ascii_bearer_token_is_accepted(tmp_path: Path) -> None:
+    token = "A-z_0.9~+/=!#$%&*"
+    settings = load_settings(None, data_dir=tmp_path, http={"auth_token": token})
+    assert settings.http.principals() == {token_digest(token): DEFAULT_PRINCIPAL}
+
+
 @pytest.mark.parametrize(
     ("content", "where"),
     [

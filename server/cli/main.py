@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from server.cli.errors import CommandError
-from server.config.settings import ConfigError, Settings, config_path_from_env, load_settings
+from server.config.settings import (
+    AUTH_TOKEN_ENV,
+    ConfigError,
+    Settings,
+    config_path_from_env,
+    load_settings,
+)
 
 logger = logging.getLogger("lookup_knowledge")
 
@@ -96,8 +102,7 @@ def _serve_args(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--auth-token",
         default=None,
-        help="require this bearer token; visible in `ps`, prefer --auth-token-file or "
-        "LOOKUP_KNOWLEDGE_AUTH_TOKEN",
+        help=f"require this bearer token; visible in `ps`, prefer --auth-token-file or {AUTH_TOKEN_ENV}",
     )
     p.add_argument("--auth-token-file", type=Path, default=None, help="read the bearer token from this file")
     p.add_argument("--stateless", action="store_true", help="streamable HTTP without MCP sessions")
@@ -134,7 +139,7 @@ def _eval_args(sub: Subparsers) -> argparse.ArgumentParser:
 
 
 def _auth_token(args: argparse.Namespace) -> str | None:
-    """The token of --auth-token-file, --auth-token or LOOKUP_KNOWLEDGE_AUTH_TOKEN, in that order."""
+    """The token of --auth-token-file, --auth-token or the environment, in that order."""
     path: Path | None = getattr(args, "auth_token_file", None)
     if path is not None:
         try:
@@ -144,14 +149,20 @@ def _auth_token(args: argparse.Namespace) -> str | None:
         if not token:
             raise ConfigError(f"--auth-token-file {str(path)!r} is empty")
         return token
-    if getattr(args, "auth_token", None):
+    if getattr(args, "auth_token", None) is not None:
+        if not args.auth_token:
+            raise ConfigError("--auth-token is empty; leave it out to serve without a token")
         print(
             "warning: --auth-token puts the token in the process list (ps) and shell history; "
-            "use --auth-token-file or LOOKUP_KNOWLEDGE_AUTH_TOKEN",
+            f"use --auth-token-file or {AUTH_TOKEN_ENV}",
             file=sys.stderr,
         )
         return str(args.auth_token)
-    return os.environ.get("LOOKUP_KNOWLEDGE_AUTH_TOKEN") or None
+    from_env = os.environ.get(AUTH_TOKEN_ENV)
+    if from_env == "":
+        # Most often `VAR=$TOKEN` with TOKEN unset: serving without authentication was not meant.
+        raise ConfigError(f"{AUTH_TOKEN_ENV} is set but empty; unset it to serve without a token")
+    return from_env
 
 
 def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None, dict[str, Any]]:
@@ -167,7 +178,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, Path | None,
     if getattr(args, "port", None) is not None:
         http["port"] = args.port
     token = _auth_token(args)
-    if token:
+    if token is not None:
         http["auth_token"] = token
     if http:
         base = load_settings(config_path, **overrides).http.model_dump()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from retrieval.governance import GovernanceConfig
@@ -32,6 +33,8 @@ from retrieval.requests import TOP_K_MAX, TOP_K_MIN, ContentMode, HintLanguage, 
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "LOOKUP_KNOWLEDGE_"
+# The bearer token for HTTP, read by the CLI (a variable of its own: it is not a settings key).
+AUTH_TOKEN_ENV = f"{ENV_PREFIX}AUTH_TOKEN"
 # The principal that http.auth_token authenticates.
 DEFAULT_PRINCIPAL = "default"
 EmbedderName = Literal["e5-small", "bge-m3"]
@@ -246,13 +249,21 @@ class HttpClient(Section):
     )
 
 
+# What a configured bearer token may be (an HTTP header value a request can carry back exactly).
+_BEARER_TOKEN = re.compile(r"[\x21-\x7e]+")
+BEARER_TOKEN_RULE = (
+    "a bearer token is one or more visible ASCII characters, without spaces; "
+    "to serve without one, leave it out rather than empty"
+)
+
+
 class HttpSettings(Section):
     host: str = Field(default="127.0.0.1", description="Bind address for HTTP transports.")
     port: int = Field(default=8765, ge=1, le=65535, description="Port for HTTP transports.")
     auth_token: str | None = Field(
         default=None,
         description="When set, HTTP requests may authenticate with 'Authorization: Bearer <token>' "
-        "as the principal named 'default' (env LOOKUP_KNOWLEDGE_AUTH_TOKEN, --auth-token-file).",
+        f"as the principal named 'default' (env {AUTH_TOKEN_ENV}, --auth-token-file).",
     )
     clients: list[HttpClient] = Field(
         default_factory=list,
@@ -268,6 +279,16 @@ class HttpSettings(Section):
     allowed_hosts: list[str] = Field(
         default_factory=list, description="Extra Host values allowed by DNS-rebinding protection."
     )
+
+    @field_validator("auth_token")
+    @classmethod
+    def _token_is_usable(cls, token: str | None) -> str | None:
+        # An empty token used to mean "no authentication": `auth_token: ""`, or a variable set from
+        # an unset shell variable, served openly when a token was meant. Surrounding whitespace
+        # could never match, since a request's token is read without it.
+        if token is not None and not _BEARER_TOKEN.fullmatch(token):
+            raise ValueError(BEARER_TOKEN_RULE)
+        return token
 
     @model_validator(mode="after")
     def _principals_are_distinct(self) -> HttpSettings:
