@@ -192,6 +192,43 @@ def test_a_visible_ascii_bearer_token_is_accepted(tmp_path: Path) -> None:
     assert settings.http.principals() == {token_digest(token): DEFAULT_PRINCIPAL}
 
 
+@pytest.mark.parametrize("host", ["evil.com:abc", "", "kb.example/path", "user@kb.example"])
+def test_an_allowed_host_the_guard_could_never_match_is_refused_when_the_settings_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str
+) -> None:
+    # It used to pass the settings and stop `serve` with a traceback, exit code 1.
+    monkeypatch.setenv(f"{ENV_PREFIX}HTTP__ALLOWED_HOSTS", f'["kb.example", "{host}"]')
+    assert refused_lookup(tmp_path, capsys) == (
+        "error: invalid configuration in environment/flags: http.allowed_hosts: Value error, "
+        f"not a host name or host:port (such as kb.example or kb.example:8443): {host!r}\n"
+    )
+
+
+def test_allowed_hosts_with_and_without_a_port_load(tmp_path: Path) -> None:
+    hosts = ["kb.example", "Pinned.Example:8443", "[::1]:8765", "10.0.0.5"]
+    assert load_settings(None, data_dir=tmp_path, http={"allowed_hosts": hosts}).http.allowed_hosts == hosts
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("HTTP__ALLOWED_HOSTS", "docs.internal"), ("GOVERNANCE__LEVELS", "{calls: 3"), ("HTTP", "host=x")],
+)
+def test_a_variable_for_a_list_or_mapping_that_is_not_json_is_one_line_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+) -> None:
+    # pydantic-settings raised its own error with a traceback, naming only the section.
+    monkeypatch.setenv(f"{ENV_PREFIX}{variable}", value)
+    err = refused_lookup(tmp_path, capsys)
+    assert err.startswith(
+        f"error: invalid configuration in environment: {ENV_PREFIX}{variable}: not valid JSON ("
+    )
+    assert value not in err
+
+
 @pytest.mark.parametrize(
     ("content", "where"),
     [

@@ -24,11 +24,12 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from retrieval.governance import GovernanceConfig
 from retrieval.relevance import Logistic, TierModel
 from retrieval.requests import TOP_K_MAX, TOP_K_MIN, ContentMode, HintLanguage, SupplementMode
+from server.host_names import split_host
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +291,16 @@ class HttpSettings(Section):
             raise ValueError(BEARER_TOKEN_RULE)
         return token
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_can_match(cls, hosts: list[str]) -> list[str]:
+        # Checked with the Host header's own parser: a value it cannot read would never match.
+        malformed = [host for host in hosts if split_host(host)[0] is None]
+        if malformed:
+            shown = ", ".join(repr(host) for host in malformed)
+            raise ValueError(f"not a host name or host:port (such as kb.example or kb.example:8443): {shown}")
+        return hosts
+
     @model_validator(mode="after")
     def _principals_are_distinct(self) -> HttpSettings:
         names = [client.name for client in self.clients]
@@ -484,6 +495,18 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
     return f"invalid configuration in {source}: " + "; ".join(lines)
 
 
+def describe_unparsable_env(exc: SettingsError, environ: Mapping[str, str]) -> str:
+    """Which variable is not JSON, without its value (it may be a secret)."""
+    # pydantic-settings names only the section; the JSON error it wraps holds the raw value.
+    value = getattr(exc.__cause__, "doc", None)
+    names = sorted(n for n, v in environ.items() if n.upper().startswith(ENV_PREFIX) and v == value)
+    where = ", ".join(names) if value is not None and names else str(exc)
+    return (
+        f"invalid configuration in environment: {where}: not valid JSON "
+        """(a list or a mapping is written as JSON, such as '["kb.example"]' or '{"calls": 3}')"""
+    )
+
+
 def config_path_from_env() -> Path | None:
     """``LOOKUP_KNOWLEDGE_CONFIG``, read at the entry point only."""
     value = os.environ.get(f"{ENV_PREFIX}CONFIG")
@@ -522,5 +545,7 @@ def load_settings(config_path: Path | None = None, **overrides: Any) -> Settings
     except ValidationError as exc:
         source = str(config_path) if config_path else "environment/flags"
         raise ConfigError(describe_validation_error(exc, source)) from exc
+    except SettingsError as exc:  # a variable for a list or a mapping that is not JSON
+        raise ConfigError(describe_unparsable_env(exc, os.environ)) from exc
     finally:
         _yaml_data.reset(token)

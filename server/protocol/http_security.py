@@ -15,10 +15,11 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from server.host_names import origin_host, split_host
 
 logger = logging.getLogger(__name__)
 
@@ -65,32 +66,6 @@ def host_policy(host: str, extra_hosts: list[str]) -> HostPolicy:
         else:
             exact.add((name, port))
     return HostPolicy(frozenset(any_port), frozenset(exact))
-
-
-def split_host(value: str) -> tuple[str | None, int | None]:
-    """``name[:port]`` (IPv6 in brackets) as (lowercase name, port); (None, None) when malformed."""
-    try:
-        parts = urlsplit("//" + value.strip())
-        port = parts.port  # raises ValueError for "8791.evil"
-    except ValueError:
-        return None, None
-    if parts.username is not None or parts.password is not None or parts.path or parts.query:
-        return None, None
-    return parts.hostname, port
-
-
-def origin_host(value: str) -> tuple[str | None, int | None]:
-    """``scheme://name[:port]`` as (name, port); (None, None) for anything else (paths, userinfo, null)."""
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        return None, None
-    if parts.scheme not in ("http", "https") or parts.username is not None or parts.password is not None:
-        return None, None
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return None, None
-    return parts.hostname, port
 
 
 def transport_security() -> TransportSecuritySettings:
