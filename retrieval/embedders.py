@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from retrieval.model_files import load_model
 from retrieval.sparse import LexicalWeights
 from storage.text import detect_language, text_language
 
@@ -172,10 +173,12 @@ class BgeM3Embedder:
             raise EmbedderError(
                 "the bge-m3 embedder needs the optional extra: pip install 'lookup-knowledge-mcp[bge-m3]'"
             ) from exc
-        try:
-            self._model: Any = BGEM3FlagModel(model_path, devices=device, use_fp16=False)
-        except Exception as exc:  # FlagEmbedding/transformers raise many types for a bad path
-            raise EmbedderError(f"cannot load BGE-M3 model from {model_path!r}: {exc}") from exc
+        self._model: Any = load_model(
+            lambda source: BGEM3FlagModel(source, devices=device, use_fp16=False),
+            model_path,
+            "BGE-M3 model",
+            EmbedderError,
+        )
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self.dim = int(self.embed_queries(["dimension probe"]).shape[1])

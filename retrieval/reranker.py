@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from retrieval.embedders import EmbedderError
+from retrieval.model_files import load_model
 
 
 class RerankerError(EmbedderError):
@@ -34,10 +35,12 @@ class FlagPassageReranker:
             raise RerankerError(
                 "the reranker needs the optional extra: pip install 'lookup-knowledge-mcp[bge-m3]'"
             ) from exc
-        try:
-            self._model: Any = FlagReranker(model_path, devices=device, use_fp16=False, batch_size=batch_size)
-        except Exception as exc:  # FlagEmbedding/transformers raise many types for a bad path
-            raise RerankerError(f"cannot load reranker model from {model_path!r}: {exc}") from exc
+        self._model: Any = load_model(
+            lambda source: FlagReranker(source, devices=device, use_fp16=False, batch_size=batch_size),
+            model_path,
+            "reranker model",
+            RerankerError,
+        )
         self._lock = threading.Lock()
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:

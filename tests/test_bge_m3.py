@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import numpy as np
@@ -22,6 +29,7 @@ from server.stack import chunking_rule, open_runtime
 from storage.documents import chunk_context, discover, load_document
 from storage.vector_store import LAYOUT
 from tests.bge_tiny import HIDDEN, build_tiny_bge_m3, build_tiny_reranker
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.bge
 
@@ -305,3 +313,90 @@ async def test_lookup_through_the_server_with_bge_m3_and_the_reranker(
     # The reranker's score is part of that order: without it the documents come otherwise.
     unreranked = rank(evidence, model.cross_language_offset, model.lexical_weight, model.sparse_weight)
     assert delivered != [d.doc_key for d in unreranked]
+
+
+# -- hub ids: cached files load without the network ------------------------------------------
+def _cache_as_hub_id(cache: Path, model: Path, hub_id: str) -> None:
+    """The layout huggingface_hub keeps a downloaded repository in: refs/main names a snapshot."""
+    repo = cache / f"models--{hub_id.replace('/', '--')}"
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit, encoding="utf-8")
+    shutil.copytree(model, repo / "snapshots" / commit)
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A hub that knows no repository, and notes every request it gets."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _not_found(self) -> None:
+        self.seen.append(f"{self.command} {self.path}")
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _not_found
+
+    def log_message(self, *args: Any) -> None:  # keep the test's output clean
+        pass
+
+
+_LOAD_BY_HUB_ID = """
+from retrieval.embedders import create_embedder
+from retrieval.reranker import create_reranker
+embedder = create_embedder("bge-m3", model_path="tiny-org/bge-m3-tiny")
+reranker = create_reranker("tiny-org/reranker-tiny")
+print(embedder.dim, len(reranker.score("pool timeout", ["connection pool", "rate limit"])))
+"""
+
+
+@pytest.mark.slow
+def test_a_cached_hub_id_loads_from_the_cache_without_asking_the_hub(
+    tiny_model: Path, tiny_reranker: Path, tmp_path: Path
+) -> None:
+    # FlagEmbedding and transformers asked the hub about a hub id on every load, cached or not:
+    # offline, five retries per file before they fell back to the cache, on every start.
+    cache = tmp_path / "hf-cache"
+    _cache_as_hub_id(cache, tiny_model, "tiny-org/bge-m3-tiny")
+    _cache_as_hub_id(cache, tiny_reranker, "tiny-org/reranker-tiny")
+    _Hub.seen.clear()
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HUB_CACHE=str(cache), HF_ENDPOINT=f"http://127.0.0.1:{hub.server_port}")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _LOAD_BY_HUB_ID], env=env, cwd=ROOT, capture_output=True, timeout=300
+        )
+    finally:
+        hub.shutdown()
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().split() == [str(HIDDEN), "2"]
+    assert _Hub.seen == []
+
+
+@pytest.mark.parametrize(
+    ("model_path", "why"),
+    [
+        ("/no/such/model", "no such directory"),
+        ("./models/missing", "no such directory"),
+        ("", "empty model_path"),
+    ],
+)
+def test_a_model_path_written_as_a_path_that_is_not_there_is_named_as_such(model_path: str, why: str) -> None:
+    # An absolute path used to reach the hub as a repository id ("Repo id must use alphanumeric chars").
+    shown = re.escape(repr(model_path))
+    with pytest.raises(EmbedderError, match=rf"^cannot load BGE-M3 model from {shown}: {why}$"):
+        create_embedder("bge-m3", model_path=model_path)
+    with pytest.raises(RerankerError, match=rf"^cannot load reranker model from {shown}: {why}$"):
+        create_reranker(model_path)
+
+
+def test_a_file_is_not_a_model_directory(tmp_path: Path) -> None:
+    weights = tmp_path / "model.bin"
+    weights.write_bytes(b"\0")
+    with pytest.raises(
+        EmbedderError, match=rf"^cannot load BGE-M3 model from '{re.escape(str(weights))}': not a directory$"
+    ):
+        create_embedder("bge-m3", model_path=str(weights))

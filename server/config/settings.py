@@ -96,7 +96,7 @@ class MilvusSettings(Section):
 class EmbedderSettings(Section):
     name: EmbedderName = Field(default="e5-small", description="e5-small (bundled, offline) or bge-m3.")
     model_path: str = Field(
-        default="BAAI/bge-m3", description="bge-m3 only: a local model directory or a hub id."
+        default="BAAI/bge-m3", min_length=1, description="bge-m3 only: a local model directory or a hub id."
     )
     device: str = Field(default="cpu", description="bge-m3 only: torch device.")
     batch_size: int = Field(default=16, ge=1, le=1024, description="Passages embedded per batch at ingest.")
