@@ -104,10 +104,30 @@ def open_runtime(
             dim=cached.dim,
             timeout_s=settings.milvus.timeout_s,
         )
-    store.ensure_collection()
+    created = store.ensure_collection()
     catalog = Catalog(catalog_path(settings, store.collection))
+    if created:
+        forget_vectorless_catalog(catalog, store.collection)
     engine = KnowledgeEngine(catalog, store, cached, reranker=reranker, rerank_top_n=settings.reranker.top_n)
     return Runtime(settings, cached, store, catalog, engine)
+
+
+def forget_vectorless_catalog(catalog: Catalog, collection: str) -> None:
+    """Empty a catalog whose collection was only now created: none of its chunks has a vector.
+
+    That happens when ``milvus.uri`` names another Milvus, or the collection or the Milvus Lite
+    file was removed. The catalog would still list every document, so an ingest saw no changes
+    and re-embedded nothing, and lookups found nothing: NO_MATCH where the answer was ingested.
+    Emptied, lookups say the knowledge base is empty and the next ingest embeds everything.
+    """
+    forgotten = catalog.forget_all()
+    if forgotten:
+        logger.warning(
+            "collection %s did not exist in the configured Milvus, but the catalog listed %d documents "
+            "in it: the catalog is emptied; run ingest to embed them again",
+            collection,
+            forgotten,
+        )
 
 
 def policy_from(settings: Settings) -> Policy:

@@ -336,6 +336,17 @@ class Catalog:
             self._delete_rows(doc_key)
             self._bump()
 
+    def forget_all(self) -> int:
+        """Empty the catalog in one transaction (its vectors are gone); how many documents it listed."""
+        with self._transaction():
+            count = int(self._db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+            pending = self._db.execute("SELECT 1 FROM pending LIMIT 1").fetchone()
+            if count or pending:
+                for table in ("chunk_terms", "chunks", "documents", "pending"):
+                    self._db.execute(f"DELETE FROM {table}")
+                self._bump()
+        return count
+
     def _delete_rows(self, doc_key: str) -> None:
         self._db.execute(
             "DELETE FROM chunk_terms WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_key = ?)", (doc_key,)

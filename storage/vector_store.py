@@ -88,8 +88,8 @@ class MilvusVectorStore:
     def close(self) -> None:
         self._client.close()
 
-    def ensure_collection(self) -> None:
-        """Create the collection, or check that the existing one fits the embedder's dimension."""
+    def ensure_collection(self) -> bool:
+        """Create the collection (True), or check that the existing one fits the embedder's dimension."""
         from pymilvus import DataType, MilvusClient
 
         if self._client.has_collection(self.collection):
@@ -100,7 +100,7 @@ class MilvusVectorStore:
                     f"{self.dim}; use another collection_prefix or re-create the data directory"
                 )
             self._client.load_collection(self.collection)
-            return
+            return False
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=40)
         schema.add_field("doc_key", DataType.VARCHAR, max_length=2048)
@@ -117,6 +117,7 @@ class MilvusVectorStore:
             self.collection, schema=schema, index_params=index, consistency_level="Session"
         )
         self._client.load_collection(self.collection)
+        return True
 
     def _vector_dim(self) -> int:
         described = self._client.describe_collection(self.collection)
