@@ -54,6 +54,10 @@ def _text(field: str) -> Callable[[str | None], str | None]:
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("query must not be blank")
+    # Only punctuation or symbols ("???", an emoji): no term for the lexical search, and the
+    # vectors of such text sit near everything, so it came back as REFERENCE with three documents.
+    if not any(character.isalnum() for character in value):
+        raise ValueError("query has no word to look up: it needs at least one letter or digit")
     return value
 
 

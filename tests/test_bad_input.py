@@ -49,6 +49,15 @@ class ToolCase:
 TOOL_CASES = [
     ToolCase("empty query", {"query": ""}, ("query", "at least 1 character")),
     ToolCase("whitespace-only query", {"query": " \t\n  "}, ("query must not be blank",)),
+    # No term to match: it came back as REFERENCE with three unrelated documents.
+    *(
+        ToolCase(f"{what} query", {"query": query}, ("query has no word to look up",))
+        for what, query in (
+            ("punctuation-only", "???"),
+            ("full-width punctuation", "？？？"),
+            ("emoji", "🙂 🙂"),
+        )
+    ),
     ToolCase("100,000-character query", {"query": "timeout " * 12_500}, ("query", "at most 2000 characters")),
     ToolCase(
         "NUL in query",
