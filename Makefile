@@ -40,7 +40,8 @@ run: ingest-sample
 # The suites that run a second time against a real Milvus 2.3.5 server (started and stopped by
 # the session fixture). Skipped, with the reason printed, only where the milvus package is absent
 # (no wheel for this platform); a failure there fails `make test`.
-MILVUS_SERVER_SUITES := tests/test_ingest.py tests/test_mcp_server.py tests/test_sharing.py tests/test_live_updates.py
+MILVUS_SERVER_SUITES := tests/test_ingest.py tests/test_mcp_server.py tests/test_sharing.py tests/test_live_updates.py \
+	tests/test_vectorless_catalog.py
 
 test: install-dev
 	$(BIN)/python -m pytest -q
