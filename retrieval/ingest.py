@@ -55,6 +55,10 @@ class IngestError(RuntimeError):
     """The knowledge base directory itself is unusable."""
 
 
+class ForeignRootError(IngestError):
+    """The directory is another knowledge base than the one this catalog holds (nothing was changed)."""
+
+
 @dataclass
 class IngestReport:
     added: list[str] = field(default_factory=list)
@@ -112,8 +116,14 @@ class Ingestor:
         self._rule = rule
         self._batch_size = batch_size
 
-    def run(self, root: Path, progress: Progress | None = None) -> IngestReport:
-        """Ingest root; every bad file is reported in the result, never raised."""
+    def run(self, root: Path, progress: Progress | None = None, *, replace: bool = False) -> IngestReport:
+        """Ingest root; every bad file is reported in the result, never raised.
+
+        ForeignRootError, before anything changes, when root is another folder than the one this
+        catalog was ingested from, that folder is still there and this run would delete documents
+        of it: most likely a second knowledge base pointed at the same data directory. ``replace``
+        lets it replace the first.
+        """
         started = time.perf_counter()
         if not root.is_dir():
             raise IngestError(f"knowledge base directory {str(root)!r} does not exist or is not a directory")
@@ -133,6 +143,10 @@ class Ingestor:
                 report.skipped += 1
             else:
                 todo.append(self._plan(doc))
+        resolved = str(root.resolve())
+        if not replace:
+            self._refuse_a_foreign_root(resolved, len(set(visible) - seen))
+        self._catalog.record_ingested_root(resolved)
         total = sum(len(p.texts) for p in todo)
         done = 0
         for batch in _batches(todo, self._batch_size * 4):
@@ -147,6 +161,17 @@ class Ingestor:
             self._store.flush_and_load()
         report.seconds = time.perf_counter() - started
         return report
+
+    def _refuse_a_foreign_root(self, root: str, deleting: int) -> None:
+        previous = self._catalog.ingested_root()
+        # A folder that is gone was most likely moved or renamed: its documents keep their keys.
+        if deleting and previous is not None and previous != root and Path(previous).is_dir():
+            raise ForeignRootError(
+                f"{root!r} is not the folder this data directory was ingested from ({previous!r}, "
+                f"still there): ingesting it would delete {deleting} of that folder's documents. "
+                "Use another --data-dir for a second knowledge base, or replace that one with "
+                f"`lookup-knowledge-mcp ingest {root} --replace`"
+            )
 
     def _plan(self, doc: Document) -> _Plan:
         existing = set(self._catalog.chunk_ids(doc.doc_key))

@@ -180,6 +180,14 @@ class Catalog:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
         return int(row[0])
 
+    def ingested_root(self) -> str | None:
+        """The folder the last ingest read (absolute), if one was recorded."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
+        return None if row is None else str(row[0])
+
+    def record_ingested_root(self, root: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('root', ?)", (root,))
+
     def hashes(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT doc_key, content_hash FROM documents"))
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from retrieval.ingest import ForeignRootError
 from server.config.settings import load_settings
 from server.stack import Runtime, open_runtime
 from storage.vector_store import MilvusVectorStore, StoreError
@@ -197,3 +198,78 @@ def test_domain_filter_is_an_escaped_literal(tmp_path: Path, runtime: Runtime) -
     for hostile in ['" or 1==1 or "', 'api" || domain != "', "\\", '\\" or ""=="']:
         assert runtime.store.search(vector, limit=10, domain=hostile) == []
     assert {h.doc_key for h in runtime.store.search(vector, limit=10, domain="api")} == {"api/limits.md"}
+
+
+# -- another folder than the one ingested ---------------------------------------------------
+OTHER = {"misc/lunch.md": "# Lunch\n\nThe canteen serves lunch from 11:30 to 13:30.\n"}
+
+
+def test_a_second_knowledge_base_does_not_replace_the_first_unless_asked(
+    tmp_path: Path, runtime: Runtime
+) -> None:
+    first = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(first)
+    hashes, stored = runtime.catalog.hashes(), _stored(runtime)
+    second = _kb(tmp_path / "other-kb", OTHER)
+    # It used to delete all three documents of the first without a word.
+    with pytest.raises(ForeignRootError, match="would delete 3 of that folder's documents"):
+        runtime.ingestor().run(second)
+    assert runtime.catalog.hashes() == hashes and _stored(runtime) == stored
+    assert runtime.store.count() == len(DOCS)
+    replaced = runtime.ingestor().run(second, replace=True)
+    assert replaced.added == ["misc/lunch.md"] and sorted(replaced.deleted) == sorted(DOCS)
+    # The second is now the folder of record: the first would be refused in turn.
+    with pytest.raises(ForeignRootError, match="would delete 1 of that folder's documents"):
+        runtime.ingestor().run(first)
+
+
+def test_a_subfolder_of_the_ingested_folder_is_refused_too(tmp_path: Path, runtime: Runtime) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(kb)
+    # Keys are relative to the folder ingested: under infra/ every one of the three would change.
+    with pytest.raises(ForeignRootError, match="would delete 3 of that folder's documents"):
+        runtime.ingestor().run(kb / "infra")
+
+
+def test_a_moved_folder_and_deletions_in_the_same_folder_are_ingested(
+    tmp_path: Path, runtime: Runtime
+) -> None:
+    kb = _kb(tmp_path / "kb", DOCS)
+    runtime.ingestor().run(kb)
+    (kb / "api" / "limits.md").unlink()
+    assert runtime.ingestor().run(kb).deleted == ["api/limits.md"]
+    moved = kb.rename(tmp_path / "renamed-kb")
+    (moved / "errors" / "timeout.md").unlink()
+    # The old folder is gone: a move, not a second knowledge base.
+    report = runtime.ingestor().run(moved)
+    assert report.deleted == ["errors/timeout.md"] and report.skipped == 1 and report.embedded == 0
+    # Adding a second folder's documents deletes nothing of the first, so it is not refused.
+    extra = _kb(tmp_path / "extra", {**OTHER, "infra/pool.md": DOCS["infra/pool.md"]})
+    assert runtime.ingestor().run(extra).added == ["misc/lunch.md"]
+
+
+def test_cli_ingest_of_a_second_knowledge_base_stops_with_one_line_until_replace(tmp_path: Path) -> None:
+    def ingest(folder: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, "ingest", str(folder), *flags],
+            env=cli_env(tmp_path / "data"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    first, second = _kb(tmp_path / "kb", DOCS), _kb(tmp_path / "other-kb", OTHER)
+    assert ingest(first).returncode == 0
+    refused = ingest(second)
+    assert refused.returncode == 2 and refused.stdout == ""
+    errors = [line for line in refused.stderr.splitlines() if " INFO " not in line]
+    assert errors == [
+        f"error: {str(second.resolve())!r} is not the folder this data directory was ingested from "
+        f"({str(first.resolve())!r}, "
+        "still there): ingesting it would delete 3 of that folder's documents. Use another --data-dir "
+        f"for a second knowledge base, or replace that one with `lookup-knowledge-mcp ingest {second.resolve()} "
+        "--replace`"
+    ]
+    replaced = ingest(second, "--replace")
+    assert replaced.returncode == 0 and replaced.stdout.startswith("added 1, updated 0, deleted 3")

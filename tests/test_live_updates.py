@@ -254,3 +254,29 @@ async def test_a_reload_after_an_ingest_runs_off_the_event_loop_and_the_lookup_g
     assert elapsed >= 1.0
     # ...while the event loop went on serving (at most 50 ticks fit in the 1 s reload).
     assert ticks.count >= 25, f"{ticks.count} ticks in {elapsed:.2f} s"
+
+
+async def test_watching_another_knowledge_base_logs_the_refusal_and_keeps_the_index(
+    data_dir: Path, e5_embedder: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from server.config.settings import load_settings
+    from server.stack import open_runtime
+    from server.watch import watch_ingest
+
+    other = tmp_path / "other-kb"
+    other.mkdir()
+    (other / "lunch.md").write_text("# Lunch\n\nThe canteen opens at 11:30.\n", encoding="utf-8")
+    runtime = open_runtime(load_settings(None, data_dir=data_dir), embedder=e5_embedder)
+    try:
+        before = runtime.catalog.hashes()
+        watcher = FolderWatcher(other, watch_ingest(runtime, other), poll_s=0.05, debounce_s=0.2)
+        with anyio.fail_after(120), caplog.at_level("ERROR", logger="server.watch"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watcher.run)
+                while "is not the folder this data directory was ingested from" not in caplog.text:
+                    await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+        assert watcher.ingests == 0
+        assert runtime.catalog.hashes() == before and len(before) > 1
+    finally:
+        runtime.close()

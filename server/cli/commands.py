@@ -49,7 +49,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     try:
         # Servers on this data directory keep serving; they see the new content once it commits.
         with ingest_lock(settings.data_dir):
-            report = runtime.ingestor().run(args.directory, progress=bar)
+            report = runtime.ingestor().run(args.directory, progress=bar, replace=args.replace)
     except IngestError as exc:
         raise CommandError(str(exc)) from exc
     finally:

@@ -64,6 +64,12 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def _ingest_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="ingest a directory of .md/.txt files (incremental, idempotent)")
     p.add_argument("directory", type=Path)
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="let another folder than the one this data directory was ingested from replace it "
+        "(without it, an ingest that would delete that folder's documents is refused)",
+    )
     return p
 
 
