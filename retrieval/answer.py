@@ -294,13 +294,17 @@ def _supplements(
     if margin is None:
         return []  # PRECISE: nothing more precise exists, the one document is the answer
     floor = candidates[0].score - margin
+    # The same file under another path (a symlink, a copy in a second folder) ranks right next to
+    # the original: one copy of the text is what the session needs.
+    sent = {view.entries[key].content_hash for key in (candidates[0].doc_key, *held) if key in view.entries}
     out = []
     for doc in candidates[1:]:
-        if doc.doc_key in held or doc.score < floor:
+        if doc.doc_key in held or doc.score < floor or view.entries[doc.doc_key].content_hash in sent:
             continue
         passage = _passage(doc, graded, request, held, view, chunks_of, policy, policy.supplement_max_chars)
         if passage is not None:
             out.append(passage)
+            sent.add(view.entries[doc.doc_key].content_hash)
     return out
 
 

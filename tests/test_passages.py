@@ -148,3 +148,28 @@ async def test_the_document_resource_works_over_stdio_and_http(server_env: dict[
             over_http = await _read_resource(client, uri)
     for read in (over_stdio, over_http):
         assert CLOUD_ANSWER in read["document"]["content"]
+
+
+def test_the_same_file_under_two_paths_is_sent_once(
+    tmp_path: Path, e5_embedder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.cli.main import main
+    from tests.helpers import ingest_into
+
+    backups = "# Nightly backups\n\nThe nightly backup runs at 02:00 UTC and keeps 14 copies.\n"
+    kb = tmp_path / "kb"
+    for key, text in {
+        "ops/backups.md": backups,
+        "team-b/backups.md": backups,  # a copy in a second folder (a symlink reads the same)
+        "ops/restores.md": "# Restores\n\nA restore from the nightly backup takes about 40 minutes.\n",
+    }.items():
+        (kb / key).parent.mkdir(parents=True, exist_ok=True)
+        (kb / key).write_text(text, encoding="utf-8")
+    data = tmp_path / "data"
+    ingest_into(data, kb, e5_embedder)
+    assert main(["lookup", "when does the nightly backup run", "--json", "--data-dir", str(data)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    sent = [d["doc_key"] for d in [result["primary"], *result["supplement"]]]
+    # Both copies used to come back, the second as a supplement with the same text.
+    assert sent[0] in {"ops/backups.md", "team-b/backups.md"}
+    assert sent[1:] == ["ops/restores.md"], sent
