@@ -10,7 +10,7 @@ socket (private to the user: the socket's directory is mode 0700); every other p
 owner itself, talks to it through that socket with an ordinary ``MilvusClient``. The socket path
 is derived from the directory's absolute path, so no process has to find it. When the owner
 exits, the kernel drops its lock; the next call of a survivor fails, the survivor takes the lock
-and serves the socket itself, and the call is retried once (upsert, delete by filter, flush and
+and serves the socket itself, and the call is retried (upsert, delete by filter, flush and
 search are all idempotent). A holder that does not serve the socket (another program, or
 an older version of this one) is named by PID in a one-line error; nothing degrades silently.
 
@@ -260,15 +260,31 @@ class _Share:
             self._db, self._server = None, None
 
 
+def lost_connection(failure: BaseException) -> bool:
+    """A failure of the channel (its server stopped or is not there yet), not of the call made on it."""
+    import grpc
+    from pymilvus.client.types import Status
+    from pymilvus.exceptions import MilvusException
+
+    unavailable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    for error in (failure, failure.__cause__):
+        if isinstance(error, MilvusException) and error.code in (Status.CONNECT_FAILED, *unavailable):
+            return True
+        if isinstance(error, grpc.RpcError) and error.code() in unavailable:
+            return True
+    return False
+
+
 _shares: dict[Path, _Share] = {}
 _shares_lock = threading.Lock()
 
 
 class SharedLiteClient:
-    """A ``MilvusClient`` on the shared socket that survives its owner: recover, then retry once.
+    """A ``MilvusClient`` on the shared socket that survives its owner: it reconnects to the next
+    owner (or becomes it) and retries, within the timeout.
 
-    Only the client methods are proxied; a failure while the socket still answers is the
-    caller's error (a bad filter, a missing collection) and is raised unchanged.
+    Only the client methods are proxied; a failure over a channel that works is the caller's
+    error (a bad filter, a missing collection) and is raised unchanged.
     """
 
     def __init__(self, share: _Share, timeout_s: float) -> None:
@@ -296,27 +312,47 @@ class SharedLiteClient:
             return getattr(self._client, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + self._timeout
             client = self._client
-            try:
-                return getattr(client, name)(*args, **kwargs)
-            except Exception:
-                if self._share.owned or socket_answers(self._share.socket):
-                    raise
-            self._recover(client)
-            return getattr(self._client, name)(*args, **kwargs)
+            while True:
+                try:
+                    return getattr(client, name)(*args, **kwargs)
+                except Exception as exc:
+                    if not self._owner_went_away(exc) or time.monotonic() >= deadline:
+                        raise
+                try:
+                    client = self._recover(client, deadline)
+                except Exception as exc:
+                    # The next owner holds the lock but does not answer yet: wait for it.
+                    if not lost_connection(exc) or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.1)
 
         return call
 
-    def _recover(self, failed: Any) -> None:
+    def _owner_went_away(self, failure: Exception) -> bool:
+        """Whether a failed call is the serving process going away, not the caller's error.
+
+        The socket may answer again by the time the failure is seen: another survivor took over.
+        So a lost channel counts even then; only a failure over a channel that works (a bad filter,
+        a missing collection) is the caller's.
+        """
+        if self._share.owned:
+            return False
+        return lost_connection(failure) or not socket_answers(self._share.socket)
+
+    def _recover(self, failed: Any, deadline: float) -> Any:
+        """The client to retry with: on the socket's next owner (this process, if the lock is free)."""
         logger.warning(
             "the owner of Milvus Lite %s went away; taking over or reconnecting", self._share.db_path
         )
-        self._share.ensure(self._timeout)
+        self._share.ensure(max(0.1, deadline - time.monotonic()))
         with self._swap:
             if self._client is failed:  # another thread may have recovered already
                 with contextlib.suppress(Exception):
                     failed.close()
                 self._client = self._new_client()
+            return self._client
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

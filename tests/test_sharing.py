@@ -169,3 +169,54 @@ def test_a_new_collection_on_the_shared_directory_logs_no_grpc_error(
     finally:
         store.close()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+class _LostChannel:
+    """Stands in for a client whose channel went with the old owner: its calls fail as pymilvus's do."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    def list_collections(self) -> list[str]:
+        self.calls += 1
+        raise self.error
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.lite_only
+@pytest.mark.parametrize(
+    ("code", "recovers"),
+    [
+        # What a survivor saw when another survivor had already taken over: the socket answered
+        # again, so the lost channel was taken for the caller's error and the lookup failed.
+        (2, True),  # Status.CONNECT_FAILED: "Fail connecting to server … server unavailable"
+        (100, False),  # a failure over a working channel (collection not found) is the caller's
+    ],
+)
+def test_a_survivor_retries_a_lost_channel_even_when_the_socket_answers_again(
+    tmp_path: Path, code: int, recovers: bool
+) -> None:
+    from pymilvus.exceptions import MilvusException
+
+    db_path = tmp_path / "milvus.db"
+    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
+    owner.ensure(timeout_s=10)
+    survivor.ensure(timeout_s=10)
+    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    lost = _LostChannel(MilvusException(code=code, message="failed"))
+    real, client._client = client._client, lost
+    try:
+        if recovers:
+            assert client.list_collections() == []
+            assert lost.calls == 1 and client._client is not lost
+        else:
+            with pytest.raises(MilvusException, match="failed"):
+                client.list_collections()
+            assert lost.calls == 1 and client._client is lost
+    finally:
+        real.close()
+        client._client.close()
+        owner.disown()
