@@ -72,5 +72,6 @@ def load_model(load: Callable[[str], T], model_path: str, what: str, error: type
     try:
         return load(source)
     except Exception as exc:  # FlagEmbedding/transformers raise many types for a bad path
-        hint = f" ({download_hint(model_path)})" if source == model_path else ""
+        # Only a hub id that the cache did not have can want a download; a directory failed as it is.
+        hint = "" if Path(source).is_dir() else f" ({download_hint(model_path)})"
         raise error(f"cannot load {what} from {model_path!r}: {exc}{hint}") from exc

@@ -58,8 +58,10 @@ def test_bge_m3_embedder_loads_and_encodes_unit_vectors(tiny_model: Path) -> Non
 def test_bad_model_path_is_a_clear_error(tmp_path: Path) -> None:
     empty = tmp_path / "not-a-model"
     empty.mkdir()
-    with pytest.raises(EmbedderError, match="cannot load BGE-M3 model from"):
+    with pytest.raises(EmbedderError, match="cannot load BGE-M3 model from") as raised:
         create_embedder("bge-m3", model_path=str(empty))
+    # A local directory that fails to load is not told to download itself from the hub.
+    assert "Hugging Face cache" not in str(raised.value)
 
 
 async def test_ingest_and_lookup_through_the_server_with_bge_m3(tiny_model: Path, tmp_path: Path) -> None:
