@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,18 @@ async def loop_ticks(interval_s: float) -> AsyncIterator[Ticks]:
         yield ticks
     finally:
         task.cancel()
+
+
+def write_knowledge_base(root: Path, docs: Mapping[str, str | bytes]) -> Path:
+    """Write each document at its path under root (text as UTF-8, bytes as they are); root."""
+    for rel, text in docs.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    return root
 
 
 def ingest_into(data_dir: Path, kb: Path, embedder: Any, milvus: dict[str, Any] | None = None) -> Any:

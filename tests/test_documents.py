@@ -7,16 +7,11 @@ from pathlib import Path
 import pytest
 
 from storage.documents import Candidate, ChunkingRule, DocumentError, chunk_markdown, discover, load_document
+from tests.helpers import write_knowledge_base
 
 
 def _write(root: Path, rel: str, text: str | bytes) -> Candidate:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return Candidate(rel, path)
+    return Candidate(rel, write_knowledge_base(root, {rel: text}) / rel)
 
 
 def test_front_matter_fields_are_read(tmp_path: Path) -> None:

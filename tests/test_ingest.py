@@ -14,24 +14,13 @@ from retrieval.ingest import ForeignRootError
 from server.config.settings import load_settings
 from server.stack import Runtime, open_runtime
 from storage.vector_store import MilvusVectorStore, StoreError
-from tests.helpers import CLI, ROOT, cli_env
+from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base
 
 DOCS = {
     "infra/pool.md": "---\ntitle: Connection pool\nkeywords: [HikariCP]\n---\n# Pool\n\nmaximumPoolSize controls the pool size.\n",
     "api/limits.md": "---\ntitle: Rate limits\nkeywords: [429]\n---\n# Limits\n\nClients get 429 when over the limit.\n",
     "errors/timeout.md": "---\ntitle: ERR_TIMEOUT 超时\nkeywords: [ERR_TIMEOUT]\n---\n# 超时\n\n请求超时。\n",
 }
-
-
-def _kb(root: Path, docs: dict[str, str | bytes]) -> Path:
-    for rel, text in docs.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
-            path.write_bytes(text)
-        else:
-            path.write_text(text, encoding="utf-8")
-    return root
 
 
 @pytest.fixture
@@ -46,7 +35,7 @@ def _stored(rt: Runtime) -> dict[str, list[str]]:
 
 
 def test_ingest_twice_changes_nothing_the_second_time(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     first = runtime.ingestor().run(kb)
     assert sorted(first.added) == sorted(DOCS) and first.chunks == 3 and not first.failed
     second = runtime.ingestor().run(kb)
@@ -56,7 +45,7 @@ def test_ingest_twice_changes_nothing_the_second_time(tmp_path: Path, runtime: R
 
 
 def test_editing_one_file_replaces_only_its_chunks(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     before = _stored(runtime)
     (kb / "api/limits.md").write_text(
@@ -75,7 +64,7 @@ def test_editing_one_section_embeds_only_that_section(tmp_path: Path, e5_embedde
     sections = "".join(
         f"## Part {i}\n\nStep {i}: check the gauge number {i} and write it down.\n\n" for i in range(12)
     )
-    kb = _kb(tmp_path / "kb", {"ops/runbook.md": "---\ntitle: Runbook\n---\n" + sections})
+    kb = write_knowledge_base(tmp_path / "kb", {"ops/runbook.md": "---\ntitle: Runbook\n---\n" + sections})
     settings = load_settings(None, data_dir=tmp_path / "data", chunking={"max_chars": 100})
     rt = open_runtime(settings, embedder=e5_embedder)
     try:
@@ -94,7 +83,7 @@ def test_editing_one_section_embeds_only_that_section(tmp_path: Path, e5_embedde
 
 
 def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     (kb / "infra/pool.md").unlink()
     report = runtime.ingestor().run(kb)
@@ -105,7 +94,7 @@ def test_deleting_a_file_removes_its_chunks_and_catalog_row(tmp_path: Path, runt
 
 
 def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(
+    kb = write_knowledge_base(
         tmp_path / "kb",
         {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01\x02PK"},
     )
@@ -118,7 +107,7 @@ def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: R
 
 
 def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
-    kb = _kb(
+    kb = write_knowledge_base(
         tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01"}
     )
     proc = subprocess.run(
@@ -149,7 +138,7 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_interrupted_update_never_shows_a_mix_and_is_repaired(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     old_hash = runtime.catalog.hashes()["api/limits.md"]
     (kb / "api/limits.md").write_text(DOCS["api/limits.md"].replace("429", "429 Too Many Requests"))
@@ -193,7 +182,7 @@ def test_opening_a_collection_with_another_dimension_is_an_error(tmp_path: Path)
 
 
 def test_domain_filter_is_an_escaped_literal(tmp_path: Path, runtime: Runtime) -> None:
-    runtime.ingestor().run(_kb(tmp_path / "kb", DOCS))
+    runtime.ingestor().run(write_knowledge_base(tmp_path / "kb", DOCS))
     vector = np.ones(runtime.store.dim, dtype=np.float32)
     for hostile in ['" or 1==1 or "', 'api" || domain != "', "\\", '\\" or ""=="']:
         assert runtime.store.search(vector, limit=10, domain=hostile) == []
@@ -207,10 +196,10 @@ OTHER = {"misc/lunch.md": "# Lunch\n\nThe canteen serves lunch from 11:30 to 13:
 def test_a_second_knowledge_base_does_not_replace_the_first_unless_asked(
     tmp_path: Path, runtime: Runtime
 ) -> None:
-    first = _kb(tmp_path / "kb", DOCS)
+    first = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(first)
     hashes, stored = runtime.catalog.hashes(), _stored(runtime)
-    second = _kb(tmp_path / "other-kb", OTHER)
+    second = write_knowledge_base(tmp_path / "other-kb", OTHER)
     # It used to delete all three documents of the first without a word.
     with pytest.raises(ForeignRootError, match="would delete 3 of that folder's documents"):
         runtime.ingestor().run(second)
@@ -224,7 +213,7 @@ def test_a_second_knowledge_base_does_not_replace_the_first_unless_asked(
 
 
 def test_a_subfolder_of_the_ingested_folder_is_refused_too(tmp_path: Path, runtime: Runtime) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     # Keys are relative to the folder ingested: under infra/ every one of the three would change.
     with pytest.raises(ForeignRootError, match="would delete 3 of that folder's documents"):
@@ -234,7 +223,7 @@ def test_a_subfolder_of_the_ingested_folder_is_refused_too(tmp_path: Path, runti
 def test_a_moved_folder_and_deletions_in_the_same_folder_are_ingested(
     tmp_path: Path, runtime: Runtime
 ) -> None:
-    kb = _kb(tmp_path / "kb", DOCS)
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
     runtime.ingestor().run(kb)
     (kb / "api" / "limits.md").unlink()
     assert runtime.ingestor().run(kb).deleted == ["api/limits.md"]
@@ -244,7 +233,7 @@ def test_a_moved_folder_and_deletions_in_the_same_folder_are_ingested(
     report = runtime.ingestor().run(moved)
     assert report.deleted == ["errors/timeout.md"] and report.skipped == 1 and report.embedded == 0
     # Adding a second folder's documents deletes nothing of the first, so it is not refused.
-    extra = _kb(tmp_path / "extra", {**OTHER, "infra/pool.md": DOCS["infra/pool.md"]})
+    extra = write_knowledge_base(tmp_path / "extra", {**OTHER, "infra/pool.md": DOCS["infra/pool.md"]})
     assert runtime.ingestor().run(extra).added == ["misc/lunch.md"]
 
 
@@ -259,7 +248,10 @@ def test_cli_ingest_of_a_second_knowledge_base_stops_with_one_line_until_replace
             timeout=300,
         )
 
-    first, second = _kb(tmp_path / "kb", DOCS), _kb(tmp_path / "other-kb", OTHER)
+    first, second = (
+        write_knowledge_base(tmp_path / "kb", DOCS),
+        write_knowledge_base(tmp_path / "other-kb", OTHER),
+    )
     assert ingest(first).returncode == 0
     refused = ingest(second)
     assert refused.returncode == 2 and refused.stdout == ""

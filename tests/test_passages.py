@@ -154,17 +154,17 @@ def test_the_same_file_under_two_paths_is_sent_once(
     tmp_path: Path, e5_embedder: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from server.cli.main import main
-    from tests.helpers import ingest_into
+    from tests.helpers import ingest_into, write_knowledge_base
 
     backups = "# Nightly backups\n\nThe nightly backup runs at 02:00 UTC and keeps 14 copies.\n"
-    kb = tmp_path / "kb"
-    for key, text in {
-        "ops/backups.md": backups,
-        "team-b/backups.md": backups,  # a copy in a second folder (a symlink reads the same)
-        "ops/restores.md": "# Restores\n\nA restore from the nightly backup takes about 40 minutes.\n",
-    }.items():
-        (kb / key).parent.mkdir(parents=True, exist_ok=True)
-        (kb / key).write_text(text, encoding="utf-8")
+    kb = write_knowledge_base(
+        tmp_path / "kb",
+        {
+            "ops/backups.md": backups,
+            "team-b/backups.md": backups,  # a copy in a second folder (a symlink reads the same)
+            "ops/restores.md": "# Restores\n\nA restore from the nightly backup takes about 40 minutes.\n",
+        },
+    )
     data = tmp_path / "data"
     ingest_into(data, kb, e5_embedder)
     assert main(["lookup", "when does the nightly backup run", "--json", "--data-dir", str(data)]) == 0

@@ -16,7 +16,7 @@ import pytest
 from server.cli.main import main
 from server.config.settings import load_settings
 from server.stack import Runtime, open_runtime
-from tests.helpers import ingest_into
+from tests.helpers import ingest_into, write_knowledge_base
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,13 +27,6 @@ DOCS = {
 QUERY = "when does the nightly backup run"
 
 
-def _kb(root: Path) -> Path:
-    for key, text in DOCS.items():
-        (root / key).parent.mkdir(parents=True, exist_ok=True)
-        (root / key).write_text(text, encoding="utf-8")
-    return root
-
-
 def _open(data_dir: Path, embedder: Any) -> Runtime:
     return open_runtime(load_settings(None, data_dir=data_dir), embedder=embedder)
 
@@ -41,7 +34,7 @@ def _open(data_dir: Path, embedder: Any) -> Runtime:
 def test_a_dropped_collection_empties_the_catalog_and_the_next_ingest_embeds_everything(
     tmp_path: Path, e5_embedder: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kb, data = _kb(tmp_path / "kb"), tmp_path / "data"
+    kb, data = write_knowledge_base(tmp_path / "kb", DOCS), tmp_path / "data"
     assert sorted(ingest_into(data, kb, e5_embedder).added) == sorted(DOCS)
     runtime = _open(data, e5_embedder)
     runtime.store._client.drop_collection(runtime.store.collection)
@@ -62,7 +55,7 @@ def test_a_dropped_collection_empties_the_catalog_and_the_next_ingest_embeds_eve
 
 
 def test_reopening_an_intact_collection_keeps_the_catalog(tmp_path: Path, e5_embedder: Any) -> None:
-    kb, data = _kb(tmp_path / "kb"), tmp_path / "data"
+    kb, data = write_knowledge_base(tmp_path / "kb", DOCS), tmp_path / "data"
     ingest_into(data, kb, e5_embedder)
     runtime = _open(data, e5_embedder)
     try:
@@ -88,7 +81,7 @@ def test_a_milvus_without_the_vectors_makes_lookup_say_empty_and_ingest_embed_ag
     e5_embedder: Any,
     change: str,
 ) -> None:
-    kb, data = _kb(tmp_path / "kb"), tmp_path / "data"
+    kb, data = write_knowledge_base(tmp_path / "kb", DOCS), tmp_path / "data"
     ingest_into(data, kb, e5_embedder)
     if change == "another milvus.uri":
         (tmp_path / "other").mkdir()
