@@ -299,12 +299,13 @@ def _supplements(
     sent = {view.entries[key].content_hash for key in (candidates[0].doc_key, *held) if key in view.entries}
     out = []
     for doc in candidates[1:]:
-        if doc.doc_key in held or doc.score < floor or view.entries[doc.doc_key].content_hash in sent:
+        digest = view.entries[doc.doc_key].content_hash
+        if doc.doc_key in held or doc.score < floor or digest in sent:
             continue
         passage = _passage(doc, graded, request, held, view, chunks_of, policy, policy.supplement_max_chars)
         if passage is not None:
             out.append(passage)
-            sent.add(view.entries[doc.doc_key].content_hash)
+            sent.add(digest)
     return out
 
 
