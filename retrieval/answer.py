@@ -10,7 +10,7 @@ The service (``retrieval.service``) runs them in order and accounts the call in 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from retrieval.engine import Evidence, KnowledgeView
@@ -192,9 +192,11 @@ def plan_answer(
         return Plan(Tier.NO_MATCH, (), ())
     candidates = graded.ranked[: request.top_k]
     top = candidates[0]
-    held = snapshot.documents if snapshot else {}
+    documents = snapshot.documents if snapshot else {}
+    holders = _holders(candidates, documents, view)
+    held = _held_with_copies(holders, documents, chunks_of)
     held_domains = set(snapshot.retrieved_domains) if snapshot else set()
-    already = _held(candidates, snapshot)
+    already = tuple(dict.fromkeys(k for d in candidates for k in holders.get(d.doc_key, ())))
     tier = graded.tier
 
     def passage_of(doc: RankedDoc) -> Passage | None:
@@ -211,7 +213,8 @@ def plan_answer(
     if primary is None or rephrased:
         # The best match is content the session holds: a repeat or a rephrasing. Its topic is
         # answered: from now on, another section of the document needs a targeted lookup.
-        return Plan(Tier.DEDUPED, (), already, "doc_retrieved", answered=(top.doc_key,))
+        answered = holders.get(top.doc_key, (top.doc_key,))
+        return Plan(Tier.DEDUPED, (), already, "doc_retrieved", answered=answered)
     hard = governed and policy.governance.domain_policy == "hard"
     if hard and domain in held_domains and not request.targeted:
         # Scheme B: with a hard domain policy the topic is the domain.
@@ -226,6 +229,49 @@ def plan_answer(
         deliver += _supplements(graded, candidates, held, view, chunks_of, request, policy)
     same_domain = domain in held_domains
     return Plan(tier, tuple(deliver), already, None, same_domain=same_domain)
+
+
+def _holders(
+    candidates: Sequence[RankedDoc], documents: Mapping[str, HeldView], view: KnowledgeView
+) -> dict[str, tuple[str, ...]]:
+    """For each candidate, the held documents with its bytes: itself, and any copy of it.
+
+    A copy in a second folder (or a symlink) is the same text under another path: a domain filter
+    naming only the copy's folder must not send the text again.
+    """
+    by_hash: dict[str, list[str]] = {}
+    for key in documents:
+        if key in view.entries:
+            by_hash.setdefault(view.entries[key].content_hash, []).append(key)
+    holders = {}
+    for doc in candidates:
+        keys = by_hash.get(view.entries[doc.doc_key].content_hash, [])
+        if keys:
+            holders[doc.doc_key] = tuple(sorted(keys, key=lambda k: k != doc.doc_key))
+    return holders
+
+
+def _held_with_copies(
+    holders: Mapping[str, tuple[str, ...]],
+    documents: Mapping[str, HeldView],
+    chunks_of: Callable[[str], list[ChunkRecord]],
+) -> dict[str, HeldView]:
+    """What the session holds, where a candidate also holds the parts its copies were sent in.
+
+    Copies have the same chunking, so a part is the same chunk index in each.
+    """
+    held = dict(documents)
+    for key, keys in holders.items():
+        if keys == (key,):
+            continue
+        parts = {c.index for k in keys for c in chunks_of(k) if c.chunk_id in documents[k].chunks}
+        first = documents[keys[0]]
+        held[key] = replace(
+            first,
+            chunks=frozenset(c.chunk_id for c in chunks_of(key) if c.index in parts),
+            closed=any(documents[k].closed for k in keys),
+        )
+    return held
 
 
 def _first_unheld(

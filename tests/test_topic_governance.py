@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,9 @@ from mcp import Client
 
 from server.protocol.app import create_server
 from server.rendering import TERSE_LIMIT
+from tests.conftest import SAMPLE_KB
+from tests.helpers import ingest_into, write_knowledge_base
+from tests.test_passages import CLOUD, CLOUD_ANSWER, EXPENSE, EXPENSE_ANSWER, HANDBOOK
 
 TIMEOUT_DOC = "error-codes/err-timeout.md"
 POOL_DOC = "infrastructure/hikaricp-pool-config.md"
@@ -128,3 +132,26 @@ async def test_no_match_text_is_terse_too(make_server: Any) -> None:
     async with Client(make_server()) as client:
         result, text = await call(client, "how do I bake sourdough bread at home")
     assert result["relevance_level"] == "NO_MATCH" and len(text) <= TERSE_LIMIT
+
+
+async def test_a_copy_in_another_folder_is_held_in_the_parts_its_twin_was_sent(
+    tmp_path: Path, e5_embedder: Any, make_server: Any
+) -> None:
+    # Without a front-matter domain, each copy's folder is its domain.
+    handbook = (SAMPLE_KB / HANDBOOK).read_text(encoding="utf-8").replace("domain: onboarding\n", "")
+    kb = write_knowledge_base(tmp_path / "kb", {"ops/handbook.md": handbook, "team-b/handbook.md": handbook})
+    data = tmp_path / "copies"
+    ingest_into(data, kb, e5_embedder)
+    async with Client(make_server(overrides={"data_dir": data})) as client:
+        first, _ = await call(client, EXPENSE)
+        sent = first["primary"]["doc_key"]
+        copy = "team-b/handbook.md" if sent == "ops/handbook.md" else "ops/handbook.md"
+        folder = copy.split("/")[0]
+        # Another part of the copy is new to the session.
+        other_part, _ = await call(client, CLOUD, domain=folder)
+        # The first question, filtered to the copy's folder, used to send the same passage again.
+        again, _ = await call(client, EXPENSE, domain=folder)
+    assert EXPENSE_ANSWER in first["primary"]["content"]
+    assert other_part["primary"]["doc_key"] == copy and CLOUD_ANSWER in other_part["primary"]["content"]
+    assert again["relevance_level"] == "DEDUPED" and again["dedup_reason"] == "doc_retrieved", again
+    assert sent in held(again)
