@@ -76,7 +76,19 @@ def answers(store: MilvusVectorStore, queries: list[np.ndarray]) -> list[Any]:
     return found
 
 
+def settle(store: MilvusVectorStore) -> None:
+    """Wait for the engine's background compaction and index build that a flush started.
+
+    They run on the engine's worker thread and attach a segment's HNSW index when done: one that
+    lands between the two searches of a comparison changes the second's answer (an exact search
+    before, the graph's after), whichever search path runs.
+    """
+    db = store._client._share._db
+    db.get_collection(store.collection)._wait_for_bg(timeout=30.0)  # milvus_lite's drain point for tests
+
+
 def assert_same_as_engine(store: MilvusVectorStore, queries: list[np.ndarray]) -> list[Any]:
+    settle(store)
     cached = answers(store, queries)
     with engine_search():
         own = answers(store, queries)
