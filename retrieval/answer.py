@@ -148,8 +148,11 @@ class Plan:
         return Tier.REFERENCE if self.dedup_reason == "domain_retrieved" else self.tier
 
     @classmethod
-    def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int) -> Plan:
-        already = _held(graded.ranked[:top_k], snapshot) if graded else ()
+    def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int, view: KnowledgeView) -> Plan:
+        if graded is None:
+            return cls(Tier.DEDUPED, (), (), "circuit_open")
+        candidates = graded.ranked[:top_k]
+        already = _already_held(candidates, _holders(candidates, snapshot.documents, view))
         return cls(Tier.DEDUPED, (), already, "circuit_open")
 
     def documents(self, view: KnowledgeView, policy: Policy) -> list[DocumentContent]:
@@ -196,7 +199,7 @@ def plan_answer(
     holders = _holders(candidates, documents, view)
     held = _held_with_copies(holders, documents, chunks_of)
     held_domains = set(snapshot.retrieved_domains) if snapshot else set()
-    already = tuple(dict.fromkeys(k for d in candidates for k in holders.get(d.doc_key, ())))
+    already = _already_held(candidates, holders)
     tier = graded.tier
 
     def passage_of(doc: RankedDoc) -> Passage | None:
@@ -363,10 +366,9 @@ def _supplement_margin(tier: Tier, policy: Policy) -> float | None:
     return None
 
 
-def _held(candidates: Sequence[RankedDoc], snapshot: MemorySnapshot | None) -> tuple[str, ...]:
-    if snapshot is None:
-        return ()
-    return tuple(d.doc_key for d in candidates if d.doc_key in snapshot.documents)
+def _already_held(candidates: Sequence[RankedDoc], holders: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The held documents the candidates name (a copy names its held twin), best-ranked first."""
+    return tuple(dict.fromkeys(key for doc in candidates for key in holders.get(doc.doc_key, ())))
 
 
 def render_result(

@@ -152,7 +152,7 @@ class LookupService:
             # HIGH water closed the session: no retrieval; name what it holds if the query is known.
             evidence = self.engine.cached_evidence(request.search_text, request.domain, view)
             graded = self._grades.grade(evidence, view, policy.tier_model) if evidence else None
-            plan = Plan.closed(graded, snapshot, request.top_k)
+            plan = Plan.closed(graded, snapshot, request.top_k, view)
             return self._finish(
                 plan, graded, view, request, session_key, scope, policy, snapshot, retrieved=False
             )
