@@ -11,6 +11,14 @@ a flush or a compaction makes new ones) and the same tombstones, with nothing un
 memtable. In every other state (rows written but not yet flushed, or an engine without the
 attributes read here) the engine's own function answers, unchanged.
 
+Up to ``EXACT_ROWS`` rows in scope, a COSINE search is exact: every visible row's cosine, from
+the segment's vectors and their norms (cached with the visible rows). That costs what the graph
+walk did (0.3 ms at 10,000 rows of 384 floats, one matrix-vector product), and an HNSW graph
+loses points: a cluster of near-equal vectors (a paragraph repeated through a long document, one
+file in many folders) is a region a walk that enters cannot leave, and the rest of the
+knowledge base went missing from a search of 48 with it. Larger corpora use the segments' HNSW
+indexes, as the engine does.
+
 It also builds the hits' fields itself: the asked-for columns of all of a segment's hits in one
 read each, and ``$meta`` only when a dynamic field is asked for (the engine reads every column of
 every hit, value by value, and its projection decodes ``$meta`` for each).
@@ -31,6 +39,9 @@ from typing import Any
 import numpy as np
 
 CHECKED_VERSIONS = ("3.2.",)
+# The most rows in scope that a COSINE search scores exactly; above it the HNSW indexes answer.
+# Exact costs a matrix-vector product: 0.03 ms at 1,000 rows, 0.3 at 10,000, 0.65 at 20,000.
+EXACT_ROWS = 20_000
 _META = "$meta"  # the engine's column of dynamic fields, a JSON object
 # The current state and the one before it (a search that took its snapshot before a flush). An
 # entry holds its segments, so a compacted-away segment lives only until two flushes later.
@@ -44,6 +55,7 @@ class _State:
     segments: tuple[Any, ...]
     tombstones: dict[Any, int]
     visible: tuple[np.ndarray, ...]
+    norms: dict[str, tuple[np.ndarray, ...]]  # vector field -> each segment's vector lengths
 
 
 class VisibleRows:
@@ -55,20 +67,42 @@ class VisibleRows:
         self.computed = 0  # how many states were walked (tests count it)
 
     def masks(self, segments: tuple[Any, ...], tombstones: dict[Any, int]) -> tuple[np.ndarray, ...]:
+        return self._state(segments, tombstones).visible
+
+    def norms(
+        self, segments: tuple[Any, ...], tombstones: dict[Any, int], field: str
+    ) -> tuple[np.ndarray, ...]:
+        """Each segment's vector lengths in ``field``, computed once per state like the masks."""
+        state = self._state(segments, tombstones)
+        with self._lock:
+            norms = state.norms.get(field)
+            if norms is None:
+                norms = tuple(_lengths(segment, field) for segment in segments)
+                state.norms[field] = norms
+            return norms
+
+    def _state(self, segments: tuple[Any, ...], tombstones: dict[Any, int]) -> _State:
         key = tuple(id(segment) for segment in segments)
         with self._lock:
             state = self._states.get(key)
             # The entry holds the segments, so their ids cannot be reused while it is cached.
             if state is not None and state.tombstones == tombstones:
                 self._states.move_to_end(key)
-                return state.visible
-            visible = _visible_rows(segments, tombstones)
+                return state
+            state = _State(segments, tombstones, _visible_rows(segments, tombstones), {})
             self.computed += 1
-            self._states[key] = _State(segments, tombstones, visible)
+            self._states[key] = state
             self._states.move_to_end(key)
             while len(self._states) > _CACHED_STATES:
                 self._states.popitem(last=False)
-            return visible
+            return state
+
+
+def _lengths(segment: Any, field: str) -> np.ndarray:
+    vectors, _ = segment.vector_data(field)
+    lengths: np.ndarray = np.linalg.norm(np.asarray(vectors, dtype=np.float32), axis=1)
+    lengths[lengths == 0] = 1.0  # a zero vector scores 0, as the engine's cosine gives it
+    return lengths
 
 
 def _visible_rows(segments: tuple[Any, ...], tombstones: dict[Any, int]) -> tuple[np.ndarray, ...]:
@@ -126,8 +160,11 @@ class CachedVisibilitySearch:
             return [[] for _ in range(nq)]
         candidates: list[list[Candidate]] = [[] for _ in range(nq)]
         masks = self.visible.masks(in_scope, tombstones)
+        exact = kwargs.get("metric_type") == "COSINE" and sum(s.num_rows for s in in_scope) <= EXACT_ROWS
+        norms = self.visible.norms(in_scope, tombstones, kwargs["vector_field"]) if exact else None
         for position, (segment, visible) in enumerate(zip(in_scope, masks, strict=True)):
-            _recall(segment, position, visible, queries, top_k, candidates, **kwargs)
+            lengths = norms[position] if norms is not None else None
+            _recall(segment, position, visible, queries, top_k, candidates, lengths=lengths, **kwargs)
         return [
             _materialize(
                 in_scope, found, top_k, kwargs["pk_field"], project_record_fn, kwargs.get("output_fields")
@@ -146,12 +183,16 @@ def _recall(
     *,
     metric_type: str,
     vector_field: str,
+    lengths: np.ndarray | None = None,
     compiled_filter: Any = None,
     indexed_filter_plan: Any = None,
     search_params: dict[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    """One segment's nearest visible rows (and rows passing the filter), added to each query's candidates."""
+    """One segment's nearest visible rows (and rows passing the filter), added to each query's candidates.
+
+    With ``lengths`` (the segment's vector lengths) the search is exact, by cosine.
+    """
     from milvus_lite.index.brute_force import BruteForceIndex
     from milvus_lite.search.indexed_filter import evaluate_segment_filter
 
@@ -162,6 +203,9 @@ def _recall(
     if has_vector is not None:
         mask = mask & has_vector.astype(bool)
     if not mask.any():
+        return
+    if lengths is not None:
+        _exact(vectors, lengths, mask, queries, top_k, position, candidates)
         return
     index = segment.indexes.get(vector_field)
     if index is None:
@@ -175,6 +219,29 @@ def _recall(
             if row < 0:
                 break  # padding from here on
             found.append((float(distance), position, int(row)))
+
+
+def _exact(
+    vectors: np.ndarray,
+    lengths: np.ndarray,
+    mask: np.ndarray,
+    queries: np.ndarray,
+    top_k: int,
+    position: int,
+    candidates: list[list[Candidate]],
+) -> None:
+    """The top_k rows under ``mask`` by cosine, as distances 1 - cosine (the engine's COSINE)."""
+    query_lengths = np.linalg.norm(queries, axis=1)
+    units = queries / np.where(query_lengths == 0, 1.0, query_lengths)[:, None]
+    cosines = (vectors @ units.T.astype(np.float32)) / lengths[:, None]  # rows x queries
+    cosines[~mask] = -np.inf
+    k = min(top_k, int(mask.sum()))
+    for q, found in enumerate(candidates):
+        column = cosines[:, q]
+        best = np.argpartition(-column, k - 1)[:k] if k < len(column) else np.arange(len(column))
+        for row in best.tolist():
+            if column[row] != -np.inf:
+                found.append((1.0 - float(column[row]), position, int(row)))
 
 
 def _materialize(

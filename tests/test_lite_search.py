@@ -1,7 +1,8 @@
-"""Milvus Lite's search with the visible-rows cache returns what the engine's own search returns.
+"""Milvus Lite's search with the visible-rows cache: exact on small corpora, the engine's own above.
 
-Every comparison runs the same search twice on the same data, through the real Lite engine
-served by ``storage.lite_share``: once with the cache installed, once with milvus_lite's own
+Every search runs through the real Lite engine served by ``storage.lite_share``. An exact search
+is compared with the cosines of the rows kept beside the collection; an index search runs twice
+on the same data, once with the cache installed, once with milvus_lite's own
 ``execute_search_with_index`` put back.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from storage import lite_search
-from storage.vector_store import ChunkRow, MilvusVectorStore
+from storage.vector_store import ChunkRow, MilvusVectorStore, tie_broken
 
 DIM = 16
 DOMAINS = ("billing", "network")
@@ -97,33 +98,83 @@ def assert_same_as_engine(store: MilvusVectorStore, queries: list[np.ndarray]) -
     return cached
 
 
-def test_searches_match_the_engine_through_upserts_deletes_and_flushes(store: MilvusVectorStore) -> None:
+class Mirror:
+    """The rows the collection holds, kept beside it: the exact answer of every search."""
+
+    def __init__(self, store: MilvusVectorStore) -> None:
+        self.store = store
+        self.rows: dict[str, tuple[str, str, np.ndarray]] = {}
+
+    def upsert(self, rows: list[ChunkRow]) -> None:
+        self.store.upsert(rows)
+        for r in rows:
+            self.rows[r.chunk_id] = (r.doc_key, r.domain, tie_broken(r.vector, r.chunk_id))
+
+    def delete(self, chunk_ids: list[str]) -> None:
+        self.store.delete_chunks(chunk_ids)
+        for chunk_id in chunk_ids:
+            self.rows.pop(chunk_id, None)
+
+    def answers(self, queries: list[np.ndarray]) -> list[Any]:
+        found = []
+        for query in queries:
+            for domain in (None, *DOMAINS):
+                scored = [
+                    (float(v @ query / (np.linalg.norm(v) * np.linalg.norm(query))), cid, doc)
+                    for cid, (doc, dom, v) in self.rows.items()
+                    if domain in (None, dom)
+                ]
+                found.append([(cid, doc, score) for score, cid, doc in sorted(scored, reverse=True)[:12]])
+        return found
+
+
+def assert_exact(mirror: Mirror, queries: list[np.ndarray]) -> list[Any]:
+    got, want = answers(mirror.store, queries), mirror.answers(queries)
+    assert [[(c, d) for c, d, _ in hits] for hits in got] == [[(c, d) for c, d, _ in hits] for hits in want]
+    assert np.allclose(
+        [s for hits in got for *_, s in hits], [s for hits in want for *_, s in hits], atol=1e-5
+    )
+    assert any(got), "the searches found nothing: the comparison proves nothing"
+    return got
+
+
+@pytest.mark.parametrize("path", ["exact", "index"])
+def test_searches_are_exact_or_match_the_engine_through_upserts_deletes_and_flushes(
+    store: MilvusVectorStore, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small corpora are searched exactly; above EXACT_ROWS, the HNSW indexes answer as the engine's own."""
     assert lite_search.install(), "the installed milvus_lite is not a checked version"
+    if path == "index":
+        monkeypatch.setattr(lite_search, "EXACT_ROWS", 0)
+    mirror = Mirror(store)
     rng = np.random.default_rng(7)
     queries = [rng.standard_normal(DIM).astype(np.float32) for _ in range(6)]
 
-    store.upsert(rows(rng, range(0, 60), version=1))
+    def check() -> list[Any]:
+        return assert_exact(mirror, queries) if path == "exact" else assert_same_as_engine(store, queries)
+
+    mirror.upsert(rows(rng, range(0, 60), version=1))
     store.flush_and_load()
-    assert_same_as_engine(store, queries)
+    check()
 
     # New versions of some keys in a second segment: the old ones must stay hidden.
-    store.upsert(rows(rng, range(20, 40), version=2))
+    mirror.upsert(rows(rng, range(20, 40), version=2))
     store.flush_and_load()
-    assert_same_as_engine(store, queries)
+    check()
 
     # Deletes, flushed into tombstones over both segments.
-    store.delete_chunks([f"c{i}" for i in range(0, 60, 4)])
+    mirror.delete([f"c{i}" for i in range(0, 60, 4)])
     store.flush_and_load()
-    after_delete = assert_same_as_engine(store, queries)
+    after_delete = check()
     deleted = {f"c{i}" for i in range(0, 60, 4)}
     assert not any(cid in deleted for hits in after_delete for cid, _, _ in hits)
 
     # Written but not flushed: the engine's own search answers (the memtable is not empty).
-    store.upsert(rows(rng, range(50, 70), version=3))
-    store.delete_chunks(["c1", "c2"])
+    mirror.upsert(rows(rng, range(50, 70), version=3))
+    mirror.delete(["c1", "c2"])
     assert_same_as_engine(store, queries)
     store.flush_and_load()
-    assert_same_as_engine(store, queries)
+    check()
 
 
 def test_the_visible_rows_are_walked_once_per_state_of_the_data(store: MilvusVectorStore) -> None:
@@ -181,8 +232,12 @@ def test_the_owner_searches_in_process_with_the_hits_the_socket_gives(
         over_socket.close()
 
 
-def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(store: MilvusVectorStore) -> None:
+def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(
+    store: MilvusVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only the asked-for columns are read: vectors, dynamic fields, $meta, '*' and no list alike."""
+    # The index path, so the engine's own search finds the same hits with the same distances.
+    monkeypatch.setattr(lite_search, "EXACT_ROWS", 0)
     from pymilvus import DataType, MilvusClient
 
     client = store._client
