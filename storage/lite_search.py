@@ -12,12 +12,12 @@ memtable. In every other state (rows written but not yet flushed, or an engine w
 attributes read here) the engine's own function answers, unchanged.
 
 Up to ``EXACT_ROWS`` rows in scope, a COSINE search is exact: every visible row's cosine, from
-the segment's vectors and their norms (cached with the visible rows). That costs what the graph
-walk did (0.3 ms at 10,000 rows of 384 floats, one matrix-vector product), and an HNSW graph
-loses points: a cluster of near-equal vectors (a paragraph repeated through a long document, one
-file in many folders) is a region a walk that enters cannot leave, and the rest of the
-knowledge base went missing from a search of 48 with it. Larger corpora use the segments' HNSW
-indexes, as the engine does.
+the segment's vectors and their norms (cached with the visible rows). At 10,000 rows of 384
+floats that is 0.9 ms against the graph walk's 0.6 (2.0 against 1.4 right after a query
+embedding), and an HNSW graph loses points: a cluster of near-equal vectors (a paragraph
+repeated through a long document, one file in many folders) is a region a walk that enters
+cannot leave, and the rest of the knowledge base went missing from a search of 48 with it.
+Larger corpora use the segments' HNSW indexes, as the engine does.
 
 It also builds the hits' fields itself: the asked-for columns of all of a segment's hits in one
 read each, and ``$meta`` only when a dynamic field is asked for (the engine reads every column of
@@ -40,7 +40,7 @@ import numpy as np
 
 CHECKED_VERSIONS = ("3.2.",)
 # The most rows in scope that a COSINE search scores exactly; above it the HNSW indexes answer.
-# Exact costs a matrix-vector product: 0.03 ms at 1,000 rows, 0.3 at 10,000, 0.65 at 20,000.
+# Exact costs a matrix-vector product (numpy's BLAS on one thread, ``_one_blas_thread``).
 EXACT_ROWS = 20_000
 _META = "$meta"  # the engine's column of dynamic fields, a JSON object
 # The current state and the one before it (a search that took its snapshot before a flush). An
@@ -345,4 +345,18 @@ def install() -> bool:
         return False
     if not isinstance(collection.execute_search_with_index, CachedVisibilitySearch):
         collection.execute_search_with_index = CachedVisibilitySearch(collection.execute_search_with_index)
+        _one_blas_thread()
     return True
+
+
+def _one_blas_thread() -> None:
+    """numpy's BLAS on one thread in the process that searches.
+
+    An exact search is one matrix-vector product, bound by memory, and OpenBLAS's threads spin
+    for a while after each call, on the cores the embedder's threads need: on 2 cores, at 10,000
+    rows, the next query embedding took 26-28 ms instead of 11.4, and the search 4.8 ms instead
+    of 2.0. Nothing else here gains from BLAS threads (torch and FAISS keep their own pools).
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
