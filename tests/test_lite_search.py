@@ -280,12 +280,3 @@ def test_hits_carry_the_fields_asked_for_as_the_engine_builds_them(
     # The dynamic field and the vector came back where asked for: the comparison saw them.
     both = hits(["note", "vector"])[0]
     assert any("note" in entity for _, _, entity in both) and all("vector" in entity for _, _, entity in both)
-
-
-def test_the_searching_process_runs_numpy_blas_on_one_thread(store: MilvusVectorStore) -> None:
-    """OpenBLAS threads spin after each exact search, on the cores the embedder needs."""
-    from threadpoolctl import threadpool_info
-
-    assert lite_search.install()
-    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
-    assert blas and set(blas) == {1}, blas
