@@ -149,9 +149,7 @@ class Plan:
 
     @classmethod
     def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int, view: KnowledgeView) -> Plan:
-        if graded is None:
-            return cls(Tier.DEDUPED, (), (), "circuit_open")
-        candidates = graded.ranked[:top_k]
+        candidates = graded.ranked[:top_k] if graded else ()
         already = _already_held(candidates, _holders(candidates, snapshot.documents, view))
         return cls(Tier.DEDUPED, (), already, "circuit_open")
 

@@ -66,22 +66,8 @@ class VisibleRows:
         self._states: OrderedDict[tuple[int, ...], _State] = OrderedDict()
         self.computed = 0  # how many states were walked (tests count it)
 
-    def masks(self, segments: tuple[Any, ...], tombstones: dict[Any, int]) -> tuple[np.ndarray, ...]:
-        return self._state(segments, tombstones).visible
-
-    def norms(
-        self, segments: tuple[Any, ...], tombstones: dict[Any, int], field: str
-    ) -> tuple[np.ndarray, ...]:
-        """Each segment's vector lengths in ``field``, computed once per state like the masks."""
-        state = self._state(segments, tombstones)
-        with self._lock:
-            norms = state.norms.get(field)
-            if norms is None:
-                norms = tuple(_lengths(segment, field) for segment in segments)
-                state.norms[field] = norms
-            return norms
-
-    def _state(self, segments: tuple[Any, ...], tombstones: dict[Any, int]) -> _State:
+    def state(self, segments: tuple[Any, ...], tombstones: dict[Any, int]) -> _State:
+        """This state of the data with its visible rows, walked once per state."""
         key = tuple(id(segment) for segment in segments)
         with self._lock:
             state = self._states.get(key)
@@ -96,6 +82,15 @@ class VisibleRows:
             while len(self._states) > _CACHED_STATES:
                 self._states.popitem(last=False)
             return state
+
+    def norms(self, state: _State, field: str) -> tuple[np.ndarray, ...]:
+        """Each of the state's segments' vector lengths in ``field``, computed once per state."""
+        with self._lock:
+            norms = state.norms.get(field)
+            if norms is None:
+                norms = tuple(_lengths(segment, field) for segment in state.segments)
+                state.norms[field] = norms
+            return norms
 
 
 def _lengths(segment: Any, field: str) -> np.ndarray:
@@ -159,10 +154,10 @@ class CachedVisibilitySearch:
         if nq == 0 or top_k <= 0 or not in_scope:
             return [[] for _ in range(nq)]
         candidates: list[list[Candidate]] = [[] for _ in range(nq)]
-        masks = self.visible.masks(in_scope, tombstones)
+        state = self.visible.state(in_scope, tombstones)
         exact = kwargs.get("metric_type") == "COSINE" and sum(s.num_rows for s in in_scope) <= EXACT_ROWS
-        norms = self.visible.norms(in_scope, tombstones, kwargs["vector_field"]) if exact else None
-        for position, (segment, visible) in enumerate(zip(in_scope, masks, strict=True)):
+        norms = self.visible.norms(state, kwargs["vector_field"]) if exact else None
+        for position, (segment, visible) in enumerate(zip(in_scope, state.visible, strict=True)):
             lengths = norms[position] if norms is not None else None
             _recall(segment, position, visible, queries, top_k, candidates, lengths=lengths, **kwargs)
         return [
