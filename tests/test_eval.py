@@ -243,6 +243,36 @@ def test_eval_command_exits_2_for_a_missing_trace(tmp_path: Path, capsys: pytest
     assert capsys.readouterr().err.startswith("error: cannot read trace")
 
 
+def test_eval_command_exits_1_when_a_replayed_call_fails(
+    eval_data_dir: Path,
+    e5_embedder: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    calls = [
+        {"session": "s", "query": "数据库连接池怎么配置"},
+        {"session": "s", "query": "connection pool size", "domain": "no-such-domain"},
+    ]
+    trace.write_text("\n".join(json.dumps(c, ensure_ascii=False) for c in calls) + "\n", encoding="utf-8")
+    monkeypatch.setattr("server.cli.eval.load_embedder", lambda settings: e5_embedder)
+
+    code = main(["eval", str(trace), "--baseline", "--data-dir", str(eval_data_dir)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "unknown domain 'no-such-domain'" in captured.out  # the calls table still prints
+    assert captured.err.splitlines() == [
+        "error: 1 of 2 governed calls failed (see the calls' errors)",
+        "error: 1 of 2 baseline calls failed (see the calls' errors)",
+    ]
+
+    code = main(["eval", str(trace), "--json", "--data-dir", str(eval_data_dir)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert json.loads(captured.out)["governed"]["total"]["errors"] == 1
+
+
 @pytest.mark.slow
 def test_eval_command_prints_governed_and_baseline_side_by_side(
     eval_data_dir: Path, e5_embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -1,14 +1,20 @@
-"""``eval TRACE.jsonl [--baseline] [--json]``: replay a trace and print what the agent received."""
+"""``eval TRACE.jsonl [--baseline] [--json]``: replay a trace and print what the agent received.
+
+Exit code 0 when every call was answered, 1 when some call failed (an unknown domain, say; the
+figures are printed all the same and the calls table names the error), 2 when the replay cannot run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from retrieval.embedders import CachedEmbedder, EmbedderError
 from server.cli.errors import CommandError
 from server.cli.replay import (
     ReplayError,
+    ReplayReport,
     TraceError,
     read_trace,
     render_calls,
@@ -37,7 +43,7 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings, *_: Any) -> int
         raise CommandError(str(exc)) from exc
     if args.json:
         print(to_json(args.trace, governed, baseline))
-        return 0
+        return _failed_calls(governed, baseline)
     sessions = len(governed.sessions)
     print(f"trace {args.trace}: {len(steps)} lookups in {sessions} session(s)")
     print("\ngoverned (per-session action memory and governance on):")
@@ -49,4 +55,12 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings, *_: Any) -> int
         print("\n".join(render_counts(baseline)))
         print()
         print("\n".join(render_comparison(governed, baseline)))
-    return 0
+    return _failed_calls(governed, baseline)
+
+
+def _failed_calls(*reports: ReplayReport | None) -> int:
+    """1, with a line on stderr, when a replayed call failed: its figures do not measure the trace."""
+    failed = [(r.mode, r.total.errors, r.total.calls) for r in reports if r is not None and r.total.errors]
+    for mode, errors, calls in failed:
+        print(f"error: {errors} of {calls} {mode} calls failed (see the calls' errors)", file=sys.stderr)
+    return 1 if failed else 0
