@@ -149,7 +149,7 @@ class Plan:
 
     @classmethod
     def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int, view: KnowledgeView) -> Plan:
-        candidates = graded.ranked[:top_k] if graded else ()
+        candidates = graded.ranked[:top_k] if graded is not None else ()
         already = _already_held(candidates, _holders(candidates, snapshot.documents, view))
         return cls(Tier.DEDUPED, (), already, "circuit_open")
 
