@@ -41,7 +41,7 @@ run: ingest-sample
 # the session fixture). Skipped, with the reason printed, only where the milvus package is absent
 # (no wheel for this platform); a failure there fails `make test`.
 MILVUS_SERVER_SUITES := tests/test_ingest.py tests/test_mcp_server.py tests/test_sharing.py tests/test_live_updates.py \
-	tests/test_vectorless_catalog.py tests/test_duplicate_vectors.py
+	tests/test_vectorless_catalog.py tests/test_duplicate_vectors.py tests/test_replicas.py
 
 test: install-dev
 	$(BIN)/python -m pytest -q

@@ -226,6 +226,9 @@ class CachedEmbedder:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        # Passages embedded through this process's model: a replica that loads its catalog from a
+        # Milvus server logs it, to show it embedded nothing.
+        self.passages_embedded = 0
 
     def encode_query(self, text: str) -> QueryEncoding:
         """The query's vector, with its lexical weights when the inner embedder gives them."""
@@ -257,12 +260,14 @@ class CachedEmbedder:
         return np.stack([self.embed_query(t) for t in texts])
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        self.passages_embedded += len(texts)
         return self.inner.embed_passages(texts)
 
     def embed_passages_with_lexical(
         self, texts: Sequence[str]
     ) -> tuple[np.ndarray, list[LexicalWeights] | None]:
         """Passage vectors and, from the same forward pass, their lexical weights (None: e5-small)."""
+        self.passages_embedded += len(texts)
         if self._lexical is not None:
             return self._lexical.embed_with_lexical(texts)
         return self.inner.embed_passages(texts), None

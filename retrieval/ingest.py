@@ -11,9 +11,11 @@ chunk gives its lexical weights, which the catalog stores with the chunk's row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -49,6 +51,20 @@ class ChunkStore(Protocol):
     def delete_chunks(self, chunk_ids: Sequence[str]) -> None: ...
 
     def flush_and_load(self) -> None: ...
+
+
+class CatalogMirror(Protocol):
+    """The shared catalog of a Milvus server (storage.shared_sync.SharedMirror), told of every commit."""
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold the store's ingest lease, with the local catalog brought to the shared one first."""
+        ...
+
+    def publish(self, doc_key: str) -> None: ...
+
+    def withdraw(self, doc_key: str) -> None: ...
+
+    def commit(self) -> None: ...
 
 
 class IngestError(RuntimeError):
@@ -109,8 +125,10 @@ class Ingestor:
         *,
         rule: ChunkingRule,
         batch_size: int = 32,
+        mirror: CatalogMirror | None = None,
     ) -> None:
         self._catalog = catalog
+        self._mirror = mirror
         self._store = store
         self._embedder = embedder
         self._rule = rule
@@ -123,10 +141,17 @@ class Ingestor:
         catalog was ingested from, that folder is still there and this run would delete documents
         of it: most likely a second knowledge base pointed at the same data directory. ``replace``
         lets it replace the first.
+
+        With a shared catalog (a Milvus server), the whole run holds its ingest lease, and every
+        document committed here is sent to it: replicas take it when the generation moves.
         """
-        started = time.perf_counter()
         if not root.is_dir():
             raise IngestError(f"knowledge base directory {str(root)!r} does not exist or is not a directory")
+        with self._mirror.exclusive() if self._mirror is not None else contextlib.nullcontext():
+            return self._run(root, progress, replace=replace)
+
+    def _run(self, root: Path, progress: Progress | None, *, replace: bool) -> IngestReport:
+        started = time.perf_counter()
         report = IngestReport()
         report.repaired = self._repair()
         visible = self._catalog.hashes()
@@ -157,6 +182,8 @@ class Ingestor:
         for doc_key in sorted(set(visible) - seen):
             self._delete(doc_key)
             report.deleted.append(doc_key)
+        if self._mirror is not None:
+            self._mirror.commit()
         if report.changed:
             self._store.flush_and_load()
         report.seconds = time.perf_counter() - started
@@ -221,11 +248,15 @@ class Ingestor:
                 else plan.chunks
             )
             self._catalog.commit_document(doc, chunks)
+            if self._mirror is not None:
+                self._mirror.publish(doc.doc_key)
             self._store.delete_chunks(plan.dropped)
             (report.updated if doc.doc_key in visible else report.added).append(doc.doc_key)
             report.chunks += len(plan.chunks)
             report.embedded += len(plan.texts)
         self._catalog.clear_pending(p.doc.doc_key for p in plans)
+        if self._mirror is not None:
+            self._mirror.commit()  # replicas take this batch while the next one embeds
 
     def _encode(self, texts: list[str]) -> tuple[np.ndarray | list[np.ndarray], list[LexicalWeights] | None]:
         """Vectors of the new chunks and, when the embedder gives them, their lexical weights."""
@@ -239,6 +270,8 @@ class Ingestor:
         ids = self._catalog.chunk_ids(doc_key)
         self._catalog.mark_pending(doc_key, None, ids)
         self._catalog.remove_document(doc_key)
+        if self._mirror is not None:
+            self._mirror.withdraw(doc_key)
         self._store.delete_chunks(ids)
         self._catalog.clear_pending([doc_key])
 

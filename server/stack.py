@@ -25,7 +25,9 @@ from server.config.data_dir import empty_knowledge_base_message, prepare_data_di
 from server.config.settings import Settings
 from storage.catalog import Catalog
 from storage.documents import ChunkingRule
-from storage.vector_store import MilvusVectorStore, collection_name
+from storage.shared_catalog import SUFFIX, SharedCatalog
+from storage.shared_sync import Pulled, SharedMirror, pull
+from storage.vector_store import MilvusVectorStore, collection_name, connect, is_lite_uri
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +41,27 @@ class Runtime:
     store: MilvusVectorStore
     catalog: Catalog
     engine: KnowledgeEngine
+    # On a Milvus server: the catalog every replica shares, and the generation last pulled from it.
+    shared: SharedCatalog | None = None
+    shared_generation: int | None = None
 
     def ingestor(self, catalog: Catalog | None = None) -> Ingestor:
         """An ingestor over this runtime's store and model; a watcher passes a catalog connection of its own."""
+        catalog = catalog or self.catalog
         return Ingestor(
-            catalog or self.catalog,
+            catalog,
             self.store,
             self.embedder,
             rule=chunking_rule(self.settings, self.embedder),
             batch_size=self.settings.embedder.batch_size,
+            mirror=SharedMirror(catalog, self.shared) if self.shared is not None else None,
         )
 
     def close(self) -> None:
         self.catalog.close()
         self.store.close()
+        if self.shared is not None:
+            self.shared.close()
 
 
 def chunking_rule(settings: Settings, embedder: CachedEmbedder) -> ChunkingRule:
@@ -106,13 +115,56 @@ def open_runtime(
         )
     created = store.ensure_collection()
     catalog = Catalog(catalog_path(settings, store.collection))
+    shared = None if is_lite_uri(store.uri) else open_shared_catalog(settings, store)
     if created:
-        forget_vectorless_catalog(catalog, store.collection)
+        forget_vectorless_catalog(catalog, store.collection, shared)
+    generation = (
+        None if shared is None else load_shared_catalog(catalog, shared, store, cached.passages_embedded)
+    )
     engine = KnowledgeEngine(catalog, store, cached, reranker=reranker, rerank_top_n=settings.reranker.top_n)
-    return Runtime(settings, cached, store, catalog, engine)
+    return Runtime(settings, cached, store, catalog, engine, shared, generation)
 
 
-def forget_vectorless_catalog(catalog: Catalog, collection: str) -> None:
+def open_shared_catalog(settings: Settings, store: MilvusVectorStore) -> SharedCatalog:
+    """The catalog collection beside the vectors on a Milvus server (storage.shared_catalog)."""
+    client = connect(store.uri, settings.milvus.token, settings.milvus.timeout_s)
+    shared = SharedCatalog(client, store.collection + SUFFIX)
+    shared.ensure(settings.milvus.timeout_s)
+    return shared
+
+
+def load_shared_catalog(
+    catalog: Catalog, shared: SharedCatalog, store: MilvusVectorStore, embedded: int
+) -> int | None:
+    """Bring the local catalog to the shared one at start-up; the generation it now holds.
+
+    A shared catalog nothing was ever committed to is first seeded, under the ingest lease, with
+    this data directory's catalog: a deployment from before the shared catalog keeps its documents.
+    """
+    if shared.generation() is None:
+        with SharedMirror(catalog, shared).exclusive():
+            pass
+    done = pull(catalog, shared, before_taking=store.catch_up)
+    log_pull(done, embedded)
+    return done.generation
+
+
+def log_pull(done: Pulled, embedded: int) -> None:
+    """One line per pull that changed something; it says what this process embedded (to show it is 0)."""
+    if done.taken or done.dropped:
+        logger.info(
+            "shared catalog generation %s: took %d documents (%d chunks), dropped %d, in %.2f s; "
+            "passages embedded by this process: %d",
+            done.generation,
+            done.taken,
+            done.chunks,
+            done.dropped,
+            done.seconds,
+            embedded,
+        )
+
+
+def forget_vectorless_catalog(catalog: Catalog, collection: str, shared: SharedCatalog | None = None) -> None:
     """Empty a catalog whose collection was only now created: none of its chunks has a vector.
 
     That happens when ``milvus.uri`` names another Milvus, or the collection or the Milvus Lite
@@ -121,6 +173,10 @@ def forget_vectorless_catalog(catalog: Catalog, collection: str) -> None:
     Emptied, lookups say the knowledge base is empty and the next ingest embeds everything.
     """
     forgotten = catalog.forget_all()
+    if shared is not None and shared.generation() is not None:
+        # The shared catalog names the same lost vectors, for every replica.
+        shared.clear()
+        logger.warning("collection %s was created again: the shared catalog is emptied too", collection)
     if forgotten:
         logger.warning(
             "collection %s did not exist in the configured Milvus, but the catalog listed %d documents "

@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from retrieval.ingest import IngestError, IngestReport
-from server.stack import Runtime, catalog_path
+from server.stack import Runtime, catalog_path, log_pull
 from storage.catalog import Catalog
+from storage.shared_sync import pull
+from storage.vector_store import StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -135,3 +137,55 @@ def watch_ingest(runtime: Runtime, root: Path) -> Callable[[], IngestReport]:
                 catalog.close()
 
     return ingest
+
+
+def follow_shared(runtime: Runtime) -> bool:
+    """On a Milvus server: pull the shared catalog when its generation moved; whether it did.
+
+    Under the ingest lock, so that a pull never drops a document that an ingest of this data
+    directory committed locally and has not yet sent. The engine then reloads its view on the
+    next lookup, as after a local ingest.
+    """
+    shared = runtime.shared
+    if shared is None or shared.generation() == runtime.shared_generation:
+        return False
+    settings = runtime.settings
+    with ingest_lock(settings.data_dir):
+        catalog = Catalog(catalog_path(settings, runtime.store.collection))
+        try:
+            done = pull(catalog, shared, before_taking=runtime.store.catch_up)
+        finally:
+            catalog.close()
+    log_pull(done, runtime.embedder.passages_embedded)
+    if done.generation is not None:
+        runtime.shared_generation = done.generation
+    return True
+
+
+async def keep_following(runtime: Runtime, interval_s: float) -> None:
+    """Until cancelled: follow the shared catalog every interval_s; Milvus down is logged, not fatal."""
+    unreachable = False
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await asyncio.to_thread(follow_shared, runtime)
+        except (StoreError, OSError) as exc:
+            _log_unreachable(runtime, exc, unreachable)
+            unreachable = True
+            continue
+        except Exception as exc:  # pymilvus raises many types; all mean "the shared catalog cannot be read"
+            _log_unreachable(runtime, exc, unreachable)
+            unreachable = True
+            continue
+        if unreachable:
+            logger.info("the shared catalog answers again")
+        unreachable = False
+
+
+def _log_unreachable(runtime: Runtime, exc: Exception, already: bool) -> None:
+    if not already:
+        logger.warning(
+            "cannot read the shared catalog (%s); serving generation %s until it answers",
+            exc,
+            runtime.shared_generation,
+        )

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "4"
 # chunk_vocab (an fts5vocab table) is no longer created; it is listed so that a layout change drops it.
-_TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "meta")
+_TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "shared_versions", "meta")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     doc_key TEXT PRIMARY KEY,
@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS pending (
     content_hash TEXT,
     chunk_ids TEXT NOT NULL DEFAULT '[]'
 );
+-- Which version of the shared catalog (storage.shared_catalog) each document is; empty on Milvus Lite.
+CREATE TABLE IF NOT EXISTS shared_versions (doc_key TEXT PRIMARY KEY, version TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0');
 """
@@ -113,6 +115,14 @@ class PlannedChunk:
     # Token id -> weight (BGE-M3), when this chunk was just embedded by a model that gives them.
     # None for a chunk that kept its id: its stored weights are kept.
     lexical_weights: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    """One document as the catalog holds it, chunks with their text and stored lexical weights."""
+
+    entry: CatalogEntry
+    chunks: tuple[PlannedChunk, ...]
 
 
 class Catalog:
@@ -192,9 +202,13 @@ class Catalog:
         return dict(self._db.execute("SELECT doc_key, content_hash FROM documents"))
 
     def entries(self) -> list[CatalogEntry]:
+        return self._entries("ORDER BY doc_key")
+
+    def _entries(self, where: str, parameters: Sequence[str] = ()) -> list[CatalogEntry]:
         rows = self._db.execute(
             "SELECT doc_key, content_hash, title, domain, keywords, summary, domain_description,"
-            " when_to_retrieve, body, chunk_count, languages, identifiers FROM documents ORDER BY doc_key"
+            f" when_to_retrieve, body, chunk_count, languages, identifiers FROM documents {where}",
+            parameters,
         )
         return [
             CatalogEntry(
@@ -294,6 +308,20 @@ class Catalog:
 
     def commit_document(self, doc: Document, chunks: Sequence[PlannedChunk]) -> None:
         """Make doc's new chunks the visible ones, atomically."""
+        entry = CatalogEntry(
+            doc_key=doc.doc_key,
+            content_hash=doc.content_hash,
+            title=doc.title,
+            domain=doc.domain,
+            keywords=doc.keywords,
+            summary=doc.summary,
+            domain_description=doc.domain_description,
+            when_to_retrieve=doc.when_to_retrieve,
+            body=doc.body,
+            chunk_count=len(chunks),
+            languages=tuple(sorted({c.language for c in chunks})),
+            identifiers=doc.identifiers,
+        )
         with self._transaction():
             # Chunks that kept their id were not embedded again: carry their weights over.
             kept = dict(
@@ -302,41 +330,83 @@ class Catalog:
                 )
             )
             self._delete_rows(doc.doc_key)
+            self._insert(entry, chunks, kept)
+            self._bump()
+
+    def _insert(self, entry: CatalogEntry, chunks: Sequence[PlannedChunk], kept: Mapping[str, str]) -> None:
+        self._db.execute(
+            "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entry.doc_key,
+                entry.content_hash,
+                entry.title,
+                entry.domain,
+                json.dumps(list(entry.keywords), ensure_ascii=False),
+                json.dumps(list(entry.identifiers), ensure_ascii=False),
+                entry.summary,
+                entry.domain_description,
+                entry.when_to_retrieve,
+                entry.body,
+                len(chunks),
+                time.time(),
+                ",".join(entry.languages),
+            ),
+        )
+        for c in chunks:
+            # The FTS row shares the chunk's rowid, so deleting a document's terms is an index probe.
+            weights = kept.get(c.chunk_id) if c.lexical_weights is None else _json(c.lexical_weights)
+            rowid = self._db.execute(
+                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (c.chunk_id, entry.doc_key, c.index, c.heading, c.text, c.language, weights),
+            ).lastrowid
             self._db.execute(
-                "INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO chunk_terms (rowid, chunk_id, doc_key, domain, terms) VALUES (?, ?, ?, ?, ?)",
                 (
-                    doc.doc_key,
-                    doc.content_hash,
-                    doc.title,
-                    doc.domain,
-                    json.dumps(list(doc.keywords), ensure_ascii=False),
-                    json.dumps(list(doc.identifiers), ensure_ascii=False),
-                    doc.summary,
-                    doc.domain_description,
-                    doc.when_to_retrieve,
-                    doc.body,
-                    len(chunks),
-                    time.time(),
-                    ",".join(sorted({c.language for c in chunks})),
+                    rowid,
+                    c.chunk_id,
+                    entry.doc_key,
+                    entry.domain,
+                    " ".join(terms(f"{entry.title}\n{c.heading}\n{c.text}")),
                 ),
             )
-            for c in chunks:
-                # The FTS row shares the chunk's rowid, so deleting a document's terms is an index probe.
-                weights = kept.get(c.chunk_id) if c.lexical_weights is None else _json(c.lexical_weights)
-                rowid = self._db.execute(
-                    "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (c.chunk_id, doc.doc_key, c.index, c.heading, c.text, c.language, weights),
-                ).lastrowid
-                self._db.execute(
-                    "INSERT INTO chunk_terms (rowid, chunk_id, doc_key, domain, terms) VALUES (?, ?, ?, ?, ?)",
-                    (
-                        rowid,
-                        c.chunk_id,
-                        doc.doc_key,
-                        doc.domain,
-                        " ".join(terms(f"{doc.title}\n{c.heading}\n{c.text}")),
-                    ),
-                )
+
+    # -- the shared catalog (storage.shared_catalog) ----------------------------------------
+    def record(self, doc_key: str) -> DocumentRecord | None:
+        """Everything the catalog holds of one document, as another replica's catalog takes it."""
+        entry = next((e for e in self._entries("WHERE doc_key = ?", (doc_key,))), None)
+        if entry is None:
+            return None
+        rows = self._db.execute(
+            "SELECT chunk_id, chunk_index, heading, text, language, lexical_weights FROM chunks"
+            " WHERE doc_key = ? ORDER BY chunk_index",
+            (doc_key,),
+        )
+        chunks = tuple(
+            PlannedChunk(r[0], r[1], r[2], r[3], r[4], None if r[5] is None else json.loads(r[5]))
+            for r in rows
+        )
+        return DocumentRecord(entry, chunks)
+
+    def shared_versions(self) -> dict[str, str]:
+        """doc_key -> the shared catalog's version this catalog holds (documents taken from it or sent to it)."""
+        return dict(self._db.execute("SELECT doc_key, version FROM shared_versions"))
+
+    def mark_shared(self, doc_key: str, version: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO shared_versions (doc_key, version) VALUES (?, ?)", (doc_key, version)
+        )
+
+    def apply_shared(self, records: Sequence[tuple[DocumentRecord, str]], removed: Sequence[str]) -> None:
+        """Take documents (with their shared version) and removals from the shared catalog, in one transaction."""
+        if not records and not removed:
+            return
+        with self._transaction():
+            for record, version in records:
+                self._delete_rows(record.entry.doc_key)
+                self._insert(record.entry, record.chunks, {})
+                self.mark_shared(record.entry.doc_key, version)
+            for doc_key in removed:
+                self._delete_rows(doc_key)
             self._bump()
 
     def remove_document(self, doc_key: str) -> None:
@@ -350,7 +420,7 @@ class Catalog:
             count = int(self._db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
             pending = self._db.execute("SELECT 1 FROM pending LIMIT 1").fetchone()
             if count or pending:
-                for table in ("chunk_terms", "chunks", "documents", "pending"):
+                for table in ("chunk_terms", "chunks", "documents", "pending", "shared_versions"):
                     self._db.execute(f"DELETE FROM {table}")
                 self._bump()
         return count
@@ -361,6 +431,8 @@ class Catalog:
         )
         self._db.execute("DELETE FROM chunks WHERE doc_key = ?", (doc_key,))
         self._db.execute("DELETE FROM documents WHERE doc_key = ?", (doc_key,))
+        # Changed here: the shared catalog's version, if any, is no longer what this catalog holds.
+        self._db.execute("DELETE FROM shared_versions WHERE doc_key = ?", (doc_key,))
 
     def _bump(self) -> None:
         self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")

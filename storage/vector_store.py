@@ -12,7 +12,8 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -105,17 +106,19 @@ class MilvusVectorStore:
 
     def ensure_collection(self) -> bool:
         """Create the collection (True), or check that the existing one fits the embedder's dimension."""
-        from pymilvus import DataType, MilvusClient
-
-        if self._client.has_collection(self.collection):
+        created = create_or_load(self._client, self.collection, self._create, self._timeout)
+        if not created:
             existing = self._vector_dim()
             if existing != self.dim:
                 raise StoreError(
                     f"collection {self.collection!r} has dimension {existing}, but the embedder produces "
                     f"{self.dim}; use another collection_prefix or re-create the data directory"
                 )
-            self._client.load_collection(self.collection)
-            return False
+        return created
+
+    def _create(self) -> None:
+        from pymilvus import DataType, MilvusClient
+
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=40)
         schema.add_field("doc_key", DataType.VARCHAR, max_length=2048)
@@ -127,12 +130,21 @@ class MilvusVectorStore:
         index.add_index(field_name=VECTOR_FIELD, index_type="HNSW", metric_type="COSINE", params=_HNSW)
         # Session: a client reads its own writes (an ingest, then a lookup in the same process),
         # and a search that wrote nothing never waits. Strong made every search on a Milvus server
-        # wait for the next time tick (~300 ms); the catalog decides what is visible either way.
+        # wait for the next time tick (~300 ms); the catalog decides what is visible either way
+        # (a replica that takes another machine's ingest calls catch_up first).
         self._client.create_collection(
             self.collection, schema=schema, index_params=index, consistency_level="Session"
         )
-        self._client.load_collection(self.collection)
-        return True
+
+    def catch_up(self) -> None:
+        """Return once every write acknowledged so far is searchable here (one Strong query).
+
+        A replica's searches are Session-consistent, which covers only its own writes: before it
+        shows documents another machine ingested, it waits for their vectors this way.
+        """
+        self._client.query(
+            self.collection, filter='id == ""', output_fields=["id"], consistency_level="Strong"
+        )
 
     def _vector_dim(self) -> int:
         described = self._client.describe_collection(self.collection)
@@ -207,6 +219,32 @@ class MilvusVectorStore:
         return sorted(str(r["id"]) for r in rows)
 
 
+def create_or_load(client: MilvusClient, name: str, create: Callable[[], None], timeout_s: float) -> bool:
+    """Create a collection (True) or load the existing one (False), also when replicas start at once.
+
+    Another process may create it between has_collection and create_collection (which then
+    fails), or be between creating it and indexing it (a load fails until the index is there):
+    both are waited out, within timeout_s.
+    """
+    created = False
+    if not client.has_collection(name):
+        try:
+            create()
+            created = True
+        except Exception:  # pymilvus raises many types; only "it exists now" is not an error
+            if not client.has_collection(name):
+                raise
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.load_collection(name)
+            return created
+        except Exception:  # "index not found" while its creator is still indexing it
+            if created or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def is_lite_uri(uri: str) -> bool:
     """Whether uri names a Milvus Lite file (pymilvus's own rule) rather than a Milvus server."""
     return uri.endswith(".db")
@@ -215,6 +253,11 @@ def is_lite_uri(uri: str) -> bool:
 def check_reachable(uri: str, token: str | None, timeout_s: float) -> None:
     """Connect once and disconnect; raises StoreError naming the URI within about timeout_s."""
     _connect(uri, token, timeout_s).close()
+
+
+def connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
+    """A client on uri (a Lite directory through storage.lite_share); StoreError naming the URI."""
+    return _connect(uri, token, timeout_s)
 
 
 def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:

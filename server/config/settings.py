@@ -91,6 +91,13 @@ class MilvusSettings(Section):
         pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,100}$",
         description="Collection names are <prefix>_<embedder>_<dim>.",
     )
+    sync_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=600,
+        description="On a Milvus server: how often each serving replica checks the shared catalog's "
+        "generation, so about the longest it answers from before another machine's ingest.",
+    )
 
 
 class EmbedderSettings(Section):

@@ -58,6 +58,7 @@ class AppResources:
         self._lock = asyncio.Lock()
         self._warmup: asyncio.Task[Runtime] | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._follow: asyncio.Task[None] | None = None
         self.runtime: Runtime | None = None
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
@@ -80,6 +81,7 @@ class AppResources:
             self._warmup = asyncio.create_task(asyncio.to_thread(self._open_runtime, settings))
             if settings.watch.directory is not None:
                 self._watch = asyncio.create_task(self._keep_in_sync(settings.watch.directory))
+            self._follow = asyncio.create_task(self._follow_shared())
             if settings.log.enabled:
                 # NORMAL under WAL: a committed row survives a crash of this process, but a power
                 # loss or OS crash can lose the last rows. FULL's fsync per call cost ~0.5 ms on the
@@ -109,11 +111,12 @@ class AppResources:
             self._refs -= 1
             if self._refs > 0:
                 return
-            if self._watch is not None:
-                self._watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._watch
-                self._watch = None
+            for task in (self._watch, self._follow):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._watch, self._follow = None, None
             if self._warmup is not None:
                 try:
                     runtime = await self._warmup
@@ -159,6 +162,19 @@ class AppResources:
         )
         logger.info("watching %s", root)
         await watcher.run()
+
+    async def _follow_shared(self) -> None:
+        """On a Milvus server, once the stack is warm: take what other machines ingest (server.watch)."""
+        from server.watch import keep_following
+
+        if self._warmup is None:
+            return
+        try:
+            runtime = await asyncio.shield(self._warmup)
+        except Exception:  # every lookup reports the warm-up failure
+            return
+        if runtime.shared is not None:
+            await keep_following(runtime, self.settings.milvus.sync_interval_s)
 
     def _policy(self) -> Policy:
         settings = self.settings
