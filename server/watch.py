@@ -6,6 +6,9 @@ vectors are shared (a Milvus server, or one Lite directory served by its owner, 
 What must not happen is two ingests interleaving their pending/commit steps on one catalog, so
 every ingest, from the CLI or a watcher, holds ``<data_dir>/ingest.lock``.
 
+On a Milvus server, replicas on other machines have catalogs of their own: each follows the
+shared catalog's generation (``follow_shared``) and pulls what another machine ingested.
+
 The watcher polls modification times instead of using inotify: no extra dependency, works on
 network and container mounts, and a knowledge base of a few thousand files stats in milliseconds.
 """

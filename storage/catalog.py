@@ -12,6 +12,10 @@ Lookups score those terms in memory (storage.lexical_index); FTS5 answers which 
 every word of a keyword.
 With BGE-M3, each chunk's lexical weights (token id -> weight, from the forward pass that
 gave its vector) are a JSON column of its row, written in that same transaction.
+
+On a Milvus server this file is a cache of the shared catalog (storage.shared_catalog): rows are
+taken from it (``apply_shared``) and each commit here is sent to it (``record``), and
+``shared_versions`` says which of its versions each document is.
 """
 
 from __future__ import annotations
