@@ -224,18 +224,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "server-column.json")
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
     p.add_argument("--render-only", action="store_true", help="only rewrite the section from --results")
+    p.add_argument(
+        "--replica-sizes",
+        default="1000,10000",
+        help="bench.replica_bench on the same server at these sizes (empty: skip it)",
+    )
     args = p.parse_args(argv)
     if args.render_only:
         write_docs(render(json.loads(args.results.read_text(encoding="utf-8"))), args.docs)
         return 0
+    from bench import replica_bench
+    from scripts.milvus_server import start, stop
+
     work = Path(tempfile.mkdtemp(prefix="server-bench-"))
+    uri = args.server_uri
+    replicas = None
     try:
-        results = run([int(s) for s in args.sizes.split(",")], args.rounds, args.server_uri, work)
+        if uri is None:
+            log("starting Milvus 2.3.5 standalone")
+            uri = start(work / "milvus-server").uri
+        results = run([int(s) for s in args.sizes.split(",")], args.rounds, uri, work)
+        if args.replica_sizes:
+            replicas = replica_bench.run([int(s) for s in args.replica_sizes.split(",")], uri, work)
     finally:
+        if args.server_uri is None:
+            stop(work / "milvus-server")
         shutil.rmtree(work, ignore_errors=True)
     args.results.write_text(json.dumps(results, indent=2), encoding="utf-8")
     write_docs(render(results), args.docs)
     print(render(results))
+    if replicas is not None:
+        (args.results.parent / "replicas.json").write_text(json.dumps(replicas, indent=2), encoding="utf-8")
+        write_docs(replica_bench.render(replicas), args.docs)
+        print(replica_bench.render(replicas))
     return 0
 
 

@@ -1,0 +1,193 @@
+"""Replica start-up on a Milvus server: time to first answer with an empty data directory.
+
+For each size (1k, 10k chunks of bench.corpus, one chunk per document) on one Milvus 2.3.5 server:
+
+- **ingest from scratch** (the path a new replica took before the catalog was shared): a
+  ``lookup-knowledge-mcp ingest`` process with the real e5 model into an empty prefix, then a
+  cold ``serve`` over stdio on that data directory, to its first lookup answered;
+- **replica start**: a cold ``serve`` over stdio with an empty data directory on the populated
+  prefix, to its first lookup answered (interpreter, model load, catalog pull from Milvus, first
+  search). The serving process logs what it pulled and how many passages it embedded (0).
+
+Writes ``bench/results/replicas.json`` and the "Replica start-up" section of docs/benchmarks.md.
+Run by ``make bench`` through bench.server_bench, on the server it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import machine
+from bench.coldstart import one_start
+from bench.corpus import corpus, identifier_query, write_knowledge_base
+from bench.lookup_bench import log
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "## Replica start-up on a Milvus server"
+_PULLED = re.compile(
+    r"took (\d+) documents \((\d+) chunks\).*in ([0-9.]+) s; passages embedded by this process: (\d+)"
+)
+
+
+def _env(data_dir: Path, uri: str, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
+    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+    env["LOOKUP_KNOWLEDGE_MILVUS__URI"] = uri
+    env["LOOKUP_KNOWLEDGE_MILVUS__COLLECTION_PREFIX"] = prefix
+    return env
+
+
+def _start(env: dict[str, str], query: str, stderr_path: Path) -> dict[str, Any]:
+    with stderr_path.open("wb") as stderr:
+        timed = one_start(env, [query], stderr=stderr, rss=False, timeout_s=1800.0)
+    pulled = _PULLED.findall(stderr_path.read_text(errors="replace"))
+    timed["pulled"] = (
+        {"documents": int(pulled[0][0]), "chunks": int(pulled[0][1]), "seconds": float(pulled[0][2])}
+        if pulled
+        else None
+    )
+    timed["passages_embedded"] = int(pulled[0][3]) if pulled else None
+    return timed
+
+
+def _one_size(size: int, uri: str, work: Path, starts: int) -> dict[str, Any]:
+    items = corpus(size)
+    kb = work / f"kb-{size}"
+    write_knowledge_base(kb, items)
+    query = identifier_query(items[size // 2])
+    prefix = f"bench_replicas_{size}_{os.getpid()}"
+    ingester = work / f"ingester-{size}"
+    log(f"replicas {size}: ingest from scratch")
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "server", "ingest", str(kb)],
+        cwd=ROOT,
+        env=_env(ingester, uri, prefix),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=(work / f"ingest-{size}.err").open("wb"),
+    )
+    ingest_s = time.perf_counter() - started
+    after_ingest = _start(_env(ingester, uri, prefix), query, work / f"serve-ingested-{size}.err")
+    replicas = []
+    for n in range(starts):
+        log(f"replicas {size}: replica start {n + 1}/{starts}")
+        replicas.append(
+            _start(_env(work / f"replica-{size}-{n}", uri, prefix), query, work / f"replica-{size}-{n}.err")
+        )
+    first = [r["first_lookup_ms"] for r in replicas]
+    return {
+        "chunks": size,
+        "ingest_from_scratch_s": round(ingest_s, 1),
+        "serve_after_ingest_first_lookup_ms": round(after_ingest["first_lookup_ms"], 1),
+        "current_path_s": round(ingest_s + after_ingest["first_lookup_ms"] / 1000, 1),
+        "replica_first_lookup_ms": {
+            "median": round(statistics.median(first), 1),
+            "min": round(min(first), 1),
+            "max": round(max(first), 1),
+            "starts": starts,
+        },
+        "replica_pull": [r["pulled"] for r in replicas],
+        "replica_passages_embedded": [r["passages_embedded"] for r in replicas],
+        "prefix": prefix,
+    }
+
+
+def _drop(uri: str, prefix: str) -> None:
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=uri, timeout=60)
+    try:
+        for name in client.list_collections():
+            if name.startswith(prefix + "_"):
+                client.drop_collection(name)
+    finally:
+        client.close()
+
+
+def run(sizes: list[int], server_uri: str, work: Path, *, starts: int = 3) -> dict[str, Any]:
+    """Both paths at every size, against the running server at server_uri."""
+    results: dict[str, Any] = {"sizes": sizes, "load": {"start": machine.load_average()}, "by_size": {}}
+    for size in sizes:
+        measured = _one_size(size, server_uri, work, starts)
+        _drop(server_uri, measured.pop("prefix"))
+        results["by_size"][str(size)] = measured
+        log(
+            f"replicas {size}: replica first answer {measured['replica_first_lookup_ms']['median']} ms, "
+            f"ingest from scratch {measured['current_path_s']} s"
+        )
+    results["load"]["end"] = machine.load_average()
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        SECTION,
+        "",
+        "A new replica with an empty data directory on a Milvus 2.3.5 server that already holds the",
+        "knowledge base (`bench/replica_bench.py`): a cold `serve` over stdio to its first lookup",
+        "answered, which pulls the shared catalog and embeds nothing, against the path a replica took",
+        "before the catalog was shared: `ingest` from scratch with e5-small, then the same cold start.",
+        "Synthetic one-chunk documents (bench/corpus.py); load average "
+        f"{results.get('load', {}).get('start')} at start, {results.get('load', {}).get('end')} at end.",
+        "",
+        "| chunks | replica: first answer (median, min-max) | of which catalog pull | passages embedded "
+        "| ingest from scratch + first answer |",
+        "|---|---|---|---|---|",
+    ]
+    for size in results["sizes"]:
+        got = results["by_size"].get(str(size))
+        if got is None:
+            lines.append(f"| {size:,} | not run | | | |")
+            continue
+        first = got["replica_first_lookup_ms"]
+        pulls = [p["seconds"] for p in got["replica_pull"] if p]
+        pull = f"{statistics.median(pulls):.2f} s" if pulls else "?"
+        embedded = ", ".join(str(e) for e in got["replica_passages_embedded"])
+        lines.append(
+            f"| {size:,} | {first['median'] / 1000:.1f} s ({first['min'] / 1000:.1f}-{first['max'] / 1000:.1f}) "
+            f"| {pull} | {embedded} | {got['current_path_s']:.1f} s |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.server_bench import write_docs
+    from scripts.milvus_server import start, stop
+
+    p = argparse.ArgumentParser(prog="python -m bench.replica_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,10000")
+    p.add_argument("--starts", type=int, default=3, help="replica starts per size")
+    p.add_argument("--server-uri", default=None, help="use a running server instead of starting one")
+    p.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "replicas.json")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="replica-bench-"))
+    uri = args.server_uri
+    try:
+        if uri is None:
+            uri = start(work / "milvus-server").uri
+        results = run([int(s) for s in args.sizes.split(",")], uri, work, starts=args.starts)
+    finally:
+        if args.server_uri is None:
+            stop(work / "milvus-server")
+        shutil.rmtree(work, ignore_errors=True)
+    args.results.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_docs(render(results), args.docs)
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
