@@ -225,22 +225,14 @@ class SharedCatalog:
                     "shared catalog: %s changed while it was read; taken on the next pull", head.doc_key
                 )
 
-    def head(self, doc_key: str) -> Head | None:
-        rows = self._client.get(
-            self.collection,
-            ids=[_head_id(doc_key)],
-            output_fields=["doc_key", "content_hash", "version", "seq"],
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return Head(r["doc_key"], r["content_hash"], r["version"], int(r["seq"]))
+    def publish(self, record: DocumentRecord, *, replaces: str | None) -> str:
+        """Write the record's parts, then its head (the switch), then drop the parts of version ``replaces``.
 
-    def publish(self, record: DocumentRecord) -> str:
-        """Write the record's parts, then its head (the switch), then drop the replaced version's parts."""
+        The caller holds the lease and knows the version it replaces (what it last pulled or sent),
+        so no read is made here.
+        """
         doc_key = record.entry.doc_key
         version, parts = encode(record)
-        previous = self.head(doc_key)
         rows = [
             self._row(_part_id(version, n), "part", doc_key=doc_key, version=version, seq=n, data=part)
             for n, part in enumerate(parts)
@@ -256,24 +248,28 @@ class SharedCatalog:
             seq=len(parts),
         )
         self._client.upsert(self.collection, [head])
-        if previous is not None and previous.version != version:
-            self._drop_parts(previous)
+        if replaces is not None and replaces != version:
+            self._drop_parts(doc_key, replaces)
         return version
 
-    def withdraw(self, doc_key: str) -> None:
-        """Remove a document: its head first (the switch), then its parts."""
-        previous = self.head(doc_key)
+    def withdraw(self, doc_key: str, *, version: str | None) -> None:
+        """Remove a document: its head first (the switch), then the parts of its version."""
         self._client.delete(self.collection, ids=[_head_id(doc_key)])
-        if previous is not None:
-            self._drop_parts(previous)
+        if version is not None:
+            self._drop_parts(doc_key, version)
 
     def clear(self) -> None:
-        """Forget every document and the generation (the vectors they named are gone)."""
-        for kind in ("head", "part", "meta"):
+        """Forget every document and the generation; the lease row stays with its holder."""
+        for kind in ("head", "part"):
             self._client.delete(self.collection, filter=kind_filter(kind))
+        self.delete_meta(_GENERATION_ID)
 
-    def _drop_parts(self, head: Head) -> None:
-        self._client.delete(self.collection, ids=[_part_id(head.version, n) for n in range(head.parts)])
+    def _drop_parts(self, doc_key: str, version: str) -> None:
+        self._client.delete(
+            self.collection,
+            filter=f"{kind_filter('part')} and doc_key == {string_literal(doc_key)}"
+            f" and version == {string_literal(version)}",
+        )
 
     @staticmethod
     def _row(

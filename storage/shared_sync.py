@@ -77,6 +77,8 @@ class SharedMirror:
         self._shared = shared
         self._lease = lease or IngestLease(shared)
         self._changed = False
+        # doc_key -> the shared version, as pulled or sent under the lease: what a publish replaces.
+        self._held: dict[str, str] = {}
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -87,6 +89,7 @@ class SharedMirror:
                 self._seed()
             else:
                 done = pull(self._catalog, self._shared)
+                self._held = self._catalog.shared_versions()
                 logger.info(
                     "shared catalog: took %d documents and dropped %d before ingesting",
                     done.taken,
@@ -99,6 +102,9 @@ class SharedMirror:
     def _seed(self) -> None:
         """A shared catalog never committed to starts as this catalog (a data directory from before it)."""
         keys = sorted(self._catalog.hashes())
+        # Whatever an interrupted seeding or clear left: heads of documents this catalog lacks.
+        self._shared.clear()
+        self._held = {}
         for doc_key in keys:
             self.publish(doc_key)
         self._shared.set_generation(1)
@@ -112,13 +118,14 @@ class SharedMirror:
         record = self._catalog.record(doc_key)
         if record is None:
             return
-        version = self._shared.publish(record)
+        version = self._shared.publish(record, replaces=self._held.get(doc_key))
         self._catalog.mark_shared(doc_key, version)
+        self._held[doc_key] = version
         self._changed = True
 
     def withdraw(self, doc_key: str) -> None:
         self._lease.check()
-        self._shared.withdraw(doc_key)
+        self._shared.withdraw(doc_key, version=self._held.pop(doc_key, None))
         self._changed = True
 
     def commit(self) -> None:
