@@ -20,7 +20,10 @@ import pytest
 
 from server.config.settings import load_settings
 from server.stack import Runtime, open_runtime
+from storage.catalog import CatalogEntry, DocumentRecord, PlannedChunk
+from storage.shared_catalog import SharedCatalog, decode, encode
 from storage.shared_lease import IngestLease
+from storage.vector_store import connect
 from tests.helpers import CLI, ROOT, write_knowledge_base
 from tests.wire import RawSession, served_http, server_env
 
@@ -175,6 +178,49 @@ def test_two_concurrent_ingests_take_turns_and_leave_a_consistent_catalog(
         }
     finally:
         last.close()
+
+
+def _long_record() -> DocumentRecord:
+    """A document far over VARCHAR's 65,535 bytes: 90k CJK characters (3 bytes each) in one chunk."""
+    text = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(90_000))
+    entry = CatalogEntry(
+        doc_key="长/文档.md",
+        content_hash="h" * 64,
+        title="长文档",
+        domain="长",
+        keywords=("关键词",),
+        summary="",
+        domain_description="",
+        when_to_retrieve="",
+        body=text,
+        chunk_count=1,
+        languages=("zh",),
+    )
+    return DocumentRecord(entry, (PlannedChunk("c" * 40, 0, "章节", text, "zh", {"17": 0.5}),))
+
+
+def test_a_record_over_the_varchar_limit_is_cut_into_parts_that_fit_and_read_back_whole() -> None:
+    record = _long_record()
+    version, parts = encode(record)
+    assert len(parts) > 1 and all(len(part.encode()) <= 65_535 for part in parts)
+    assert decode(parts) == record and encode(decode(parts))[0] == version
+
+
+def test_a_long_document_published_to_the_server_is_read_back_whole(
+    server_uri: str, milvus_prefix: str
+) -> None:
+    shared = SharedCatalog(connect(server_uri, None, 30), f"{milvus_prefix}_long_catalog")
+    try:
+        shared.ensure(30)
+        record = _long_record()
+        version = shared.publish(record, replaces=None)
+        heads = shared.heads()
+        assert heads[record.entry.doc_key].version == version
+        assert list(shared.records(list(heads.values()))) == [(record, version)]
+        shared.withdraw(record.entry.doc_key, version=version)
+        assert shared.heads() == {}
+    finally:
+        shared.close()
 
 
 class _Rows:
