@@ -73,6 +73,14 @@ def _primary(url: str, query: str) -> str | None:
     return found["doc_key"] if found else None
 
 
+def _level(url: str, query: str, conversation: str) -> str:
+    result = RawSession(url, headers={"X-Session-Id": conversation}).call_tool(
+        "lookup_knowledge", {"query": query}
+    )
+    assert not result["result"].get("isError"), result
+    return str(result["result"]["structuredContent"]["relevance_level"])
+
+
 def _answered_within(urls: list[str], query: str, doc_key: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     waiting = list(urls)
@@ -99,6 +107,12 @@ def test_two_replicas_with_empty_data_dirs_serve_a_third_process_ingest_and_foll
         urls = [first.url, second.url]
         for url in urls:
             assert _primary(url, "BKP_NIGHTLY_7") == "ops/backups.md"
+        # Session memory is per replica (docs/scaling.md: route a conversation to one replica):
+        # the replica that answered dedups the repeat, the other one has never seen it.
+        levels = [
+            _level(url, "BKP_NIGHTLY_7", "conversation-1") for url in (first.url, first.url, second.url)
+        ]
+        assert levels[1] == "DEDUPED" and "DEDUPED" not in (levels[0], levels[2]), levels
         write_knowledge_base(kb, dict([ADDED, EDITED]))
         assert _ingest_cli(tmp_path / "ingester", kb).startswith("added 1, updated 1,")
         # The stated delay is the sync interval; the bound leaves room for a loaded machine.
