@@ -205,10 +205,11 @@ def render(results: dict[str, Any]) -> str:
 
 
 def write_docs(section: str, docs: Path) -> None:
-    """Replace (or append) this section of the benchmarks page; the rest is bench.run's."""
+    """Replace (or append) the section of the benchmarks page that ``section`` heads (its first line)."""
+    heading = section.splitlines()[0]
     text = docs.read_text(encoding="utf-8") if docs.exists() else ""
-    if SECTION in text:
-        head, _, tail = text.partition(SECTION)
+    if heading in text:
+        head, _, tail = text.partition(heading)
         rest = tail.split("\n## ", 1)
         text = head + section + ("\n## " + rest[1] if len(rest) > 1 else "")
     else:
