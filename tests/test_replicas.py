@@ -288,10 +288,12 @@ def test_leases_taken_at_once_by_several_ingests_are_held_one_at_a_time() -> Non
     assert not overlaps and not inside and "m:lease" not in rows.rows
 
 
-def test_milvus_lite_keeps_its_catalog_to_itself(make_settings: Callable[..., Any], e5_embedder: Any) -> None:
-    settings = make_settings()
-    if settings.milvus.uri is not None:
+def test_milvus_lite_keeps_its_catalog_to_itself(
+    request: pytest.FixtureRequest, milvus_server_uri: str | None, e5_embedder: Any
+) -> None:
+    if milvus_server_uri is not None:
         pytest.skip("about Milvus Lite")
+    settings = request.getfixturevalue("make_settings")()
     runtime = open_runtime(settings, embedder=e5_embedder)
     try:
         assert runtime.shared is None and runtime.ingestor()._mirror is None
