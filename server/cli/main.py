@@ -1,4 +1,4 @@
-"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, eval.
+"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, gaps, eval.
 
 Logs and progress go to stderr; stdout carries only results (and, under ``serve`` on stdio,
 belongs to the protocol).
@@ -53,7 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="MCP knowledge server: graded relevance tiers, per-session action memory, governance.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_ingest_args, _lookup_args, _map_args, _calibrate_args, _serve_args, _stats_args, _eval_args):
+    for add in (
+        _ingest_args,
+        _lookup_args,
+        _map_args,
+        _calibrate_args,
+        _serve_args,
+        _stats_args,
+        _gaps_args,
+        _eval_args,
+    ):
         _common(add(sub))
     return parser
 
@@ -133,6 +142,18 @@ def _stats_args(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--session", default=None, help="only the calls of this session key")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--png", type=Path, default=None, help="also draw a chart to this PNG file")
+    return p
+
+
+def _gaps_args(sub: Subparsers) -> argparse.ArgumentParser:
+    p = sub.add_parser("gaps", help="the questions the knowledge base could not answer, and document usage")
+    p.add_argument(
+        "--since",
+        default="7d",
+        metavar="WHEN",
+        help="only calls since WHEN (as for stats: 24h, 7d, an ISO date; 'all' for the whole log; default 7d)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
 
@@ -225,7 +246,7 @@ Handler = Callable[[argparse.Namespace, Settings, "Path | None", dict[str, Any]]
 def _handler(command: str) -> Handler:
     # Imported here, not at the top: `--help` and a mistyped flag answer without loading the
     # model stack, the SDK or pymilvus.
-    from server.cli import calibrate, commands, eval, serve, stats
+    from server.cli import calibrate, commands, eval, gaps, serve, stats
 
     handlers: dict[str, Handler] = {
         "ingest": commands.cmd_ingest,
@@ -234,6 +255,7 @@ def _handler(command: str) -> Handler:
         "calibrate": calibrate.cmd_calibrate,
         "serve": serve.cmd_serve,
         "stats": stats.cmd_stats,
+        "gaps": gaps.cmd_gaps,
         "eval": eval.cmd_eval,
     }
     return handlers[command]

@@ -1,0 +1,215 @@
+"""Which logged questions the knowledge base could not answer, grouped by meaning.
+
+Plain functions over the log's rows and the questions' vectors (the configured embedder's, unit
+length): the caller embeds, this module decides and groups. A question counts when
+- its lookup was NO_MATCH;
+- its lookup was REFERENCE and a later lookup of the same session was targeted
+  (``missing_dimension``) or a rephrasing (its vector within ``similarity`` of this one);
+- its session then read more of a document the lookup delivered (the part delivered was not
+  enough);
+- it rephrases, in the same session, a question that counts for one of the reasons above and
+  was not answered either (DEDUPED, say: the session already held the unhelpful document).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from retrieval.models import Tier
+from storage.log_reads import LookupRow, ReadRow
+
+GapReason = Literal["no_match", "reference_followed", "read_further", "rephrasing"]
+# Cosine of two query vectors (e5-small's, language-centred) from which two questions are taken
+# as one question in other words: rephrasings of one question measured 0.63-0.87 (Chinese and
+# English wordings of one question 0.63), different questions of one domain 0.24-0.56.
+DEFAULT_SIMILARITY = 0.6
+# Tiers that answered: a later lookup answered so is not a rephrasing of an unanswered question.
+_ANSWERED = (Tier.PRECISE, Tier.HIGHLY_RELEVANT)
+EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class GapQuestion:
+    """One question the knowledge base could not answer, and why it counts."""
+
+    row: LookupRow
+    reason: GapReason
+
+
+@dataclass(frozen=True)
+class GapGroup:
+    """Questions of one meaning: how many, from how many sessions, when, and its centre."""
+
+    questions: tuple[GapQuestion, ...]
+    centroid: np.ndarray
+
+    @property
+    def sessions(self) -> int:
+        # A row without a session key is a session of its own (the CLI's lookups, say).
+        return len({q.row.session_key or f"row:{q.row.id}" for q in self.questions})
+
+    @property
+    def first_seen(self) -> float:
+        return min(q.row.ts for q in self.questions)
+
+    @property
+    def last_seen(self) -> float:
+        return max(q.row.ts for q in self.questions)
+
+    def examples(self, count: int = EXAMPLES) -> list[str]:
+        """The most asked distinct wordings, first asked first among equals."""
+        counts = Counter(q.row.query for q in self.questions if q.row.query)
+        return [text for text, _ in counts.most_common(count)]
+
+    def reasons(self) -> dict[str, int]:
+        return dict(Counter(q.reason for q in self.questions))
+
+    def tiers(self) -> dict[str, int]:
+        return dict(Counter(q.row.relevance_level or "" for q in self.questions))
+
+
+def by_session(lookups: Sequence[LookupRow]) -> dict[str, list[LookupRow]]:
+    """The lookups of each session, in log order (rows without a session are left out)."""
+    sessions: dict[str, list[LookupRow]] = defaultdict(list)
+    for row in lookups:
+        if row.session_key is not None:
+            sessions[row.session_key].append(row)
+    return sessions
+
+
+def texts_to_embed(lookups: Sequence[LookupRow], reads: Sequence[ReadRow]) -> list[str]:
+    """The distinct question texts the selection and the grouping need vectors for."""
+    needed: dict[str, None] = {}
+    followers = {row.id for rows in by_session(lookups).values() for row in _after_reference(rows)}
+    wanted = followers | _read_further(lookups, reads)
+    for row in lookups:
+        if row.hashed or row.query is None:
+            continue
+        if row.relevance_level in (Tier.NO_MATCH, Tier.REFERENCE) or row.id in wanted:
+            needed.setdefault(row.query)
+    return list(needed)
+
+
+def _after_reference(rows: Sequence[LookupRow]) -> list[LookupRow]:
+    """The lookups of a session after its first NO_MATCH or REFERENCE: candidates to be rephrasings."""
+    seen = False
+    later = []
+    for row in rows:
+        if seen:
+            later.append(row)
+        seen = seen or row.relevance_level in (Tier.NO_MATCH, Tier.REFERENCE)
+    return later
+
+
+def _similar(a: LookupRow, b: LookupRow, vectors: Mapping[str, np.ndarray], similarity: float) -> bool:
+    mine, theirs = vectors.get(a.query or ""), vectors.get(b.query or "")
+    return mine is not None and theirs is not None and float(mine @ theirs) >= similarity
+
+
+def _followed(
+    row: LookupRow, later: Sequence[LookupRow], vectors: Mapping[str, np.ndarray], similarity: float
+) -> bool:
+    """A later lookup of the session was targeted, or asked the same thing in other words."""
+    return any(other.missing_dimension or _similar(row, other, vectors, similarity) for other in later)
+
+
+def _read_further(lookups: Sequence[LookupRow], reads: Sequence[ReadRow]) -> set[int]:
+    """Ids of the lookups whose session then read more of a document they delivered."""
+    found: set[int] = set()
+    sessions = by_session(lookups)
+    for read in reads:
+        if read.session_key is None:
+            continue
+        earlier = [row for row in sessions.get(read.session_key, []) if row.ts <= read.ts]
+        for doc_key in read.doc_keys:
+            last = next((row for row in reversed(earlier) if doc_key in row.doc_keys), None)
+            if last is not None:
+                found.add(last.id)
+    return found
+
+
+def _reason(
+    row: LookupRow,
+    later: Sequence[LookupRow],
+    read_further: set[int],
+    vectors: Mapping[str, np.ndarray],
+    similarity: float,
+) -> GapReason | None:
+    if row.relevance_level == Tier.NO_MATCH:
+        return "no_match"
+    if row.relevance_level == Tier.REFERENCE and _followed(row, later, vectors, similarity):
+        return "reference_followed"
+    if row.id in read_further:
+        return "read_further"
+    return None
+
+
+def select_gaps(
+    lookups: Sequence[LookupRow],
+    reads: Sequence[ReadRow],
+    vectors: Mapping[str, np.ndarray],
+    *,
+    similarity: float = DEFAULT_SIMILARITY,
+) -> list[GapQuestion]:
+    """The questions that count (module docstring), in log order; hashed queries included."""
+    read_further = _read_further(lookups, reads)
+    sessions = by_session(lookups)
+    gaps: list[GapQuestion] = []
+    for row in lookups:
+        rows = sessions.get(row.session_key or "", [])
+        later = [other for other in rows if other.id > row.id] if row.session_key else []
+        reason = _reason(row, later, read_further, vectors, similarity)
+        if reason is None and row.relevance_level not in _ANSWERED and row.session_key is not None:
+            earlier = [q.row for q in gaps if q.row.session_key == row.session_key]
+            if any(_similar(row, other, vectors, similarity) for other in earlier):
+                reason = "rephrasing"
+        if reason is not None:
+            gaps.append(GapQuestion(row, reason))
+    return gaps
+
+
+def group_gaps(
+    questions: Sequence[GapQuestion],
+    vectors: Mapping[str, np.ndarray],
+    *,
+    similarity: float = DEFAULT_SIMILARITY,
+) -> list[GapGroup]:
+    """Questions with text grouped by meaning, most sessions first.
+
+    Each question joins the group whose centre is nearest, when within ``similarity``, else
+    starts one; identical wordings share a vector, so they always share a group.
+    """
+    members: list[list[GapQuestion]] = []
+    sums: list[np.ndarray] = []
+    for question in questions:
+        vector = vectors.get(question.row.query or "") if not question.row.hashed else None
+        if vector is None:
+            continue
+        best, best_score = -1, similarity
+        if sums:
+            centres = np.stack([s / max(float(np.linalg.norm(s)), 1e-12) for s in sums])
+            scores = centres @ vector
+            index = int(np.argmax(scores))
+            if float(scores[index]) >= best_score:
+                best, best_score = index, float(scores[index])
+        if best < 0:
+            members.append([question])
+            sums.append(np.array(vector, dtype=np.float32))
+        else:
+            members[best].append(question)
+            sums[best] = sums[best] + vector
+    groups = [
+        GapGroup(tuple(qs), s / max(float(np.linalg.norm(s)), 1e-12))
+        for qs, s in zip(members, sums, strict=True)
+    ]
+    return sorted(groups, key=lambda g: (-g.sessions, -len(g.questions), g.first_seen))
+
+
+def counts_by_domain(questions: Sequence[GapQuestion]) -> dict[str, int]:
+    """Questions per domain filter ("(any)" without one): all a hashed log can say."""
+    return dict(Counter(q.row.domain or "(any)" for q in questions).most_common())
