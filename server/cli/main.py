@@ -1,4 +1,4 @@
-"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, gaps, eval.
+"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, gaps, console, eval.
 
 Logs and progress go to stderr; stdout carries only results (and, under ``serve`` on stdio,
 belongs to the protocol).
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         _serve_args,
         _stats_args,
         _gaps_args,
+        _console_args,
         _eval_args,
     ):
         _common(add(sub))
@@ -157,6 +158,19 @@ def _gaps_args(sub: Subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _console_args(sub: Subparsers) -> argparse.ArgumentParser:
+    p = sub.add_parser("console", help="serve the read-only web console alone (loopback by default)")
+    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 8765)")
+    p.add_argument(
+        "--auth-token",
+        default=None,
+        help=f"require this bearer token; visible in `ps`, prefer --auth-token-file or {AUTH_TOKEN_ENV}",
+    )
+    p.add_argument("--auth-token-file", type=Path, default=None, help="read the bearer token from this file")
+    return p
+
+
 def _eval_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="replay agent traces through the MCP server")
     p.add_argument(
@@ -246,7 +260,7 @@ Handler = Callable[[argparse.Namespace, Settings, "Path | None", dict[str, Any]]
 def _handler(command: str) -> Handler:
     # Imported here, not at the top: `--help` and a mistyped flag answer without loading the
     # model stack, the SDK or pymilvus.
-    from server.cli import calibrate, commands, eval, gaps, serve, stats
+    from server.cli import calibrate, commands, console, eval, gaps, serve, stats
 
     handlers: dict[str, Handler] = {
         "ingest": commands.cmd_ingest,
@@ -256,6 +270,7 @@ def _handler(command: str) -> Handler:
         "serve": serve.cmd_serve,
         "stats": stats.cmd_stats,
         "gaps": gaps.cmd_gaps,
+        "console": console.cmd_console,
         "eval": eval.cmd_eval,
     }
     return handlers[command]

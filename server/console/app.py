@@ -1,0 +1,207 @@
+"""The read-only web console: Starlette routes under ``/console``, thin handlers over the log's reads.
+
+Mounted by ``serve`` beside ``/mcp`` (behind the same bearer-token and Host/Origin guards) and
+served alone by ``lookup-knowledge-mcp console``. Only GET and HEAD are answered; every page
+carries a Content-Security-Policy that allows no script and no fetch, so even markup that got
+past the escaping could not run or call out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from server.cli.stats import StatsArgumentError, parse_since
+from server.config.settings import Settings
+from server.console import pages
+from server.gap_report import GapReport, GapReporter
+from server.stack import Runtime
+from storage import usage_queries
+from storage.log_reads import read_only
+from storage.schema import SchemaVersionError
+from storage.usage_queries import Overview
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = "7d"
+SESSION_DETAILS = 50
+HEADERS = {
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+    "x-frame-options": "DENY",
+}
+
+
+class ConsoleUnavailable(RuntimeError):
+    """The retrieval stack could not be opened; pages that need it say so."""
+
+
+class Console:
+    """The console's data: the log at ``log_path``, the live settings and the retrieval stack."""
+
+    def __init__(
+        self, log_path: Path, settings: Callable[[], Settings], runtime: Callable[[], Awaitable[Runtime]]
+    ) -> None:
+        self.log_path = log_path
+        self._settings = settings
+        self._runtime = runtime
+        self._reporter: GapReporter | None = None
+
+    @property
+    def show_queries(self) -> bool:
+        """Query text is shown only while it is logged (``log.log_queries``, hot)."""
+        return self._settings().log.log_queries
+
+    async def runtime(self) -> Runtime:
+        """The retrieval stack, once warm (the first page may wait for the model to load)."""
+        return await self._runtime()
+
+    async def report(self, since: float | None) -> GapReport:
+        if self._reporter is None:
+            self._reporter = GapReporter(await self.runtime(), self.log_path)
+        return await self._reporter.report(since, log_queries=self.show_queries)
+
+    async def overview(self, since: float | None) -> Overview:
+        if not self.log_path.exists():
+            return Overview(bucket_seconds=3600)
+        async with read_only(self.log_path) as conn:
+            return await usage_queries.overview(conn, since)
+
+    async def sessions(self, since: float | None) -> tuple[list[Any], dict[str, list[dict[str, Any]]]]:
+        if not self.log_path.exists():
+            return [], {}
+        async with read_only(self.log_path) as conn:
+            rows = await usage_queries.sessions(conn, since)
+            calls = {
+                s.session_key: await usage_queries.session_calls(conn, s.session_key)
+                for s in rows[:SESSION_DETAILS]
+            }
+        return rows, calls
+
+
+def _window(request: Request) -> tuple[str, float | None]:
+    """The page's window (``?since=24h|7d|30d|all`` or any ``stats --since`` value)."""
+    text = request.query_params.get("since", DEFAULT_WINDOW)[:40]
+    if text == "all":
+        return text, None
+    try:
+        return text, parse_since(text)
+    except StatsArgumentError:
+        return DEFAULT_WINDOW, parse_since(DEFAULT_WINDOW)
+
+
+def _html(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers=HEADERS)
+
+
+def _page(
+    build: Callable[[Console, Request, str, float | None], Awaitable[str]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """A handler: the window parsed, the page built, a failure shown without paths or details."""
+
+    async def handler(request: Request) -> Response:
+        console: Console = request.app.state.console
+        label, since = _window(request)
+        started = time.perf_counter()
+        try:
+            body = await build(console, request, label, since)
+        except ConsoleUnavailable as exc:
+            logger.warning("console page %s: %s", request.url.path, exc)
+            return _html(
+                pages.message_page(
+                    "Unavailable", "The knowledge base is unavailable; see the server log.", label
+                ),
+                503,
+            )
+        except (SchemaVersionError, sqlite3.Error, OSError) as exc:
+            # The message names the file: it goes to the server's log, not to the page.
+            logger.warning("console page %s failed: %s", request.url.path, exc)
+            return _html(
+                pages.message_page(
+                    "Unavailable", "The invocation log cannot be read; see the server log.", label
+                ),
+                503,
+            )
+        logger.debug("console %s in %.1f ms", request.url.path, (time.perf_counter() - started) * 1000)
+        return _html(body)
+
+    return handler
+
+
+async def _overview(console: Console, _: Request, label: str, since: float | None) -> str:
+    return pages.overview_page(await console.overview(since), label)
+
+
+async def _gaps(console: Console, _: Request, label: str, since: float | None) -> str:
+    report = await console.report(since)
+    if not console.show_queries:
+        report = report.model_copy(update={"groups": []})
+    return pages.gaps_page(report, label)
+
+
+async def _documents(console: Console, request: Request, label: str, since: float | None) -> str:
+    sort = request.query_params.get("sort", "delivered")
+    descending = request.query_params.get("order", "desc") != "asc"
+    return pages.documents_page(await console.report(since), label, sort, descending)
+
+
+async def _sessions(console: Console, _: Request, label: str, since: float | None) -> str:
+    rows, calls = await console.sessions(since)
+    return pages.sessions_page(rows, calls, label, console.show_queries)
+
+
+async def _map(console: Console, _: Request, label: str, since: float | None) -> str:
+    runtime = await console.runtime()
+    report = await console.report(since)
+    delivered: dict[str, int] = {}
+    for doc in report.documents.all:
+        delivered[doc.domain or ""] = delivered.get(doc.domain or "", 0) + doc.delivered
+    knowledge_map = await asyncio.to_thread(runtime.engine.knowledge_map)
+    return pages.map_page(knowledge_map, delivered, label)
+
+
+def console_app(console: Console) -> Starlette:
+    """The console's routes, under ``/console``."""
+    routes = [
+        Route(pages.PREFIX + path, _page(build), methods=["GET", "HEAD"])
+        for path, build in (
+            ("", _overview),
+            ("/", _overview),
+            ("/gaps", _gaps),
+            ("/documents", _documents),
+            ("/sessions", _sessions),
+            ("/map", _map),
+        )
+    ]
+    app = Starlette(routes=routes)
+    app.state.console = console
+    return app
+
+
+class WithConsole:
+    """Sends ``/console`` and below to the console, everything else to ``app`` (the MCP transport)."""
+
+    def __init__(self, app: ASGIApp, console: ASGIApp) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == pages.PREFIX or path.startswith(pages.PREFIX + "/"):
+            await self.console(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
