@@ -3,8 +3,9 @@
 Plain functions over the log's rows and the questions' vectors (the configured embedder's, unit
 length): the caller embeds, this module decides and groups. A question counts when
 - its lookup was NO_MATCH;
-- its lookup was REFERENCE and a later lookup of the same session was targeted
-  (``missing_dimension``) or a rephrasing (its vector within ``similarity`` of this one);
+- its lookup was REFERENCE and a later lookup of the same session was on the same topic:
+  targeted (``missing_dimension``), a rephrasing (its vector within ``similarity`` of this one,
+  or the same text or hash) or DEDUPED because the session held those documents or that domain;
 - its session then read more of a document the lookup delivered (the part delivered was not
   enough);
 - it rephrases, in the same session, a question that counts for one of the reasons above and
@@ -106,7 +107,14 @@ def _after_reference(rows: Sequence[LookupRow]) -> list[LookupRow]:
     return later
 
 
+# Why a later lookup was DEDUPED when it hit what the session already held: the same topic.
+_SAME_TOPIC = ("doc_retrieved", "domain_retrieved")
+
+
 def _similar(a: LookupRow, b: LookupRow, vectors: Mapping[str, np.ndarray], similarity: float) -> bool:
+    """The same question: the same text (or hash, when queries are not logged) or near vectors."""
+    if a.query is not None and a.query == b.query:
+        return True
     mine, theirs = vectors.get(a.query or ""), vectors.get(b.query or "")
     return mine is not None and theirs is not None and float(mine @ theirs) >= similarity
 
@@ -115,7 +123,12 @@ def _followed(
     row: LookupRow, later: Sequence[LookupRow], vectors: Mapping[str, np.ndarray], similarity: float
 ) -> bool:
     """A later lookup of the session was targeted, or asked the same thing in other words."""
-    return any(other.missing_dimension or _similar(row, other, vectors, similarity) for other in later)
+    return any(
+        other.missing_dimension
+        or other.dedup_reason in _SAME_TOPIC
+        or _similar(row, other, vectors, similarity)
+        for other in later
+    )
 
 
 def _read_further(lookups: Sequence[LookupRow], reads: Sequence[ReadRow]) -> set[int]:

@@ -36,6 +36,7 @@ class LookupRow:
     domain: str | None
     missing_dimension: str | None
     relevance_level: str | None
+    dedup_reason: str | None
     doc_keys: tuple[str, ...]
 
     @property
@@ -87,7 +88,7 @@ async def answered_lookups(conn: aiosqlite.Connection, since: float | None) -> l
     rows = await fetch(
         conn,
         "SELECT id, ts, session_key, query, domain_filter, missing_dimension, relevance_level,"
-        " result_doc_keys"
+        " dedup_reason, result_doc_keys"
         f" FROM tool_invocation WHERE {where} AND tool_name = ? AND error IS NULL"
         " AND COALESCE(json_extract(retrieval_details, '$.blocked'), 0) = 0 ORDER BY id",
         (*params, LOOKUP),
@@ -101,7 +102,8 @@ async def answered_lookups(conn: aiosqlite.Connection, since: float | None) -> l
             domain=row[4],
             missing_dimension=row[5],
             relevance_level=row[6],
-            doc_keys=tuple(json.loads(row[7] or "[]")),
+            dedup_reason=row[7],
+            doc_keys=tuple(json.loads(row[8] or "[]")),
         )
         for row in rows
     ]

@@ -39,7 +39,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}.cards{display:flex
 .card b{display:block;font-size:22px}.windows a{margin-right:8px}.note{color:#5a6577}
 details{background:#fff;border:1px solid #dde2ea;border-radius:6px;margin:6px 0;padding:6px 10px}
 summary{cursor:pointer}.empty{color:#5a6577;font-style:italic}.legend span{margin-right:12px}
-.chart{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:8px}
+.chart{background:#fff;border:1px solid #dde2ea;border-radius:6px;padding:8px;max-width:760px}
 """
 
 
@@ -220,9 +220,12 @@ DOC_COLUMNS = (
 def documents_page(report: GapReport, since: str, sort: str, descending: bool) -> str:
     """Usage of every document, sortable by any column (links: works without script)."""
     key = sort if sort in DOC_COLUMNS else "delivered"
-    docs: list[DocumentOut] = sorted(
-        report.documents.all, key=lambda d: (getattr(d, key) or "", d.doc_key), reverse=descending
-    )
+
+    def value(doc: DocumentOut) -> tuple[Any, str]:
+        field = getattr(doc, key)
+        return (field if field is not None else ("" if key in ("doc_key", "domain") else 0), doc.doc_key)
+
+    docs: list[DocumentOut] = sorted(report.documents.all, key=value, reverse=descending)
     headers = [
         f'<a href="{link("/documents", since, sort=c, order="asc" if c == key and descending else "desc")}">'
         f"{e(c.replace('_', ' '))}{' ▼' if c == key and descending else ' ▲' if c == key else ''}</a>"

@@ -57,6 +57,7 @@ def stacked_bars(
     top = max((sum(point.values()) for point in series), default=0) or 1
     plot_h = HEIGHT - _BOTTOM - _TOP
     step = (WIDTH - _LEFT) / len(labels)
+    width = min(step * 0.8, 36.0)  # one bar of a short window stays a bar, not a block
     body = []
     for i, point in enumerate(series):
         y = float(_TOP + plot_h)
@@ -67,7 +68,7 @@ def stacked_bars(
             h = plot_h * count / top
             y -= h
             body.append(
-                f'<rect x="{_LEFT + step * i + step * 0.1:.1f}" y="{y:.1f}" width="{step * 0.8:.1f}" '
+                f'<rect x="{_LEFT + step * (i + 0.5) - width / 2:.1f}" y="{y:.1f}" width="{width:.1f}" '
                 f'height="{h:.1f}" fill="{colour}"><title>{escape(labels[i])} {escape(key)}: {count}</title></rect>'
             )
     return _frame(body + _x_labels(labels, step), top, label)
