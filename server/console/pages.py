@@ -67,7 +67,7 @@ def layout(title: str, path: str, since: str, body: str) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)} · lookup-knowledge-mcp</title>"
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
         f"<style>{_STYLE}</style></head><body><header><strong>lookup-knowledge-mcp</strong>{nav}</header>"
         f'<main><h1>{e(title)}</h1><p class="windows">Window: {windows}</p>{body}</main></body></html>'
     )
@@ -79,6 +79,7 @@ def table(
     *,
     numeric: Sequence[int] = (),
     raw: Sequence[int] = (),
+    ident: str = "",
 ) -> str:
     """A table; columns in ``numeric`` align right, cells in ``raw`` are markup built here (already escaped)."""
     head = "".join(f"<th{' class=n' if i in numeric else ''}>{h}</th>" for i, h in enumerate(headers))
@@ -92,7 +93,7 @@ def table(
         for row in rows
     )
     return (
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<table{f' id={e(ident)}' if ident else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         if body
         else '<p class="empty">None.</p>'
     )
@@ -234,7 +235,7 @@ def documents_page(report: GapReport, since: str, sort: str, descending: bool) -
     rows = [[getattr(d, c) for c in DOC_COLUMNS] for d in docs]
     lists = report.documents
     body = (
-        table(headers, rows, numeric=[2, 3, 4, 5, 6, 7])
+        table(headers, rows, numeric=[2, 3, 4, 5, 6, 7], ident="documents")
         + "<h2>Never delivered in this window</h2>"
         + table(["document"], [[k] for k in lists.never_delivered])
         + "<h2>Split candidates: delivered partial, then read further</h2>"
@@ -286,6 +287,7 @@ def sessions_page(
             for s in rows
         ],
         numeric=[3, 4, 5, 6, 8, 9],
+        ident="sessions",
     )
     parts = [summary]
     for s in rows:
