@@ -148,15 +148,18 @@ def _read_further(lookups: Sequence[LookupRow], reads: Sequence[ReadRow]) -> set
 
 def _reason(
     row: LookupRow,
-    later: Sequence[LookupRow],
+    session: Sequence[LookupRow],
     read_further: set[int],
     vectors: Mapping[str, np.ndarray],
     similarity: float,
 ) -> GapReason | None:
     if row.relevance_level == Tier.NO_MATCH:
         return "no_match"
-    if row.relevance_level == Tier.REFERENCE and _followed(row, later, vectors, similarity):
-        return "reference_followed"
+    if row.relevance_level == Tier.REFERENCE:
+        # Only a REFERENCE needs the rest of its session: the scan stays linear in the log.
+        later = [other for other in session if other.id > row.id]
+        if _followed(row, later, vectors, similarity):
+            return "reference_followed"
     if row.id in read_further:
         return "read_further"
     return None
@@ -173,16 +176,18 @@ def select_gaps(
     read_further = _read_further(lookups, reads)
     sessions = by_session(lookups)
     gaps: list[GapQuestion] = []
+    session_gaps: dict[str, list[LookupRow]] = defaultdict(list)
     for row in lookups:
-        rows = sessions.get(row.session_key or "", [])
-        later = [other for other in rows if other.id > row.id] if row.session_key else []
-        reason = _reason(row, later, read_further, vectors, similarity)
+        session = sessions.get(row.session_key, []) if row.session_key is not None else []
+        reason = _reason(row, session, read_further, vectors, similarity)
         if reason is None and row.relevance_level not in _ANSWERED and row.session_key is not None:
-            earlier = [q.row for q in gaps if q.row.session_key == row.session_key]
+            earlier = session_gaps.get(row.session_key, [])
             if any(_similar(row, other, vectors, similarity) for other in earlier):
                 reason = "rephrasing"
         if reason is not None:
             gaps.append(GapQuestion(row, reason))
+            if row.session_key is not None:
+                session_gaps[row.session_key].append(row)
     return gaps
 
 
@@ -194,31 +199,34 @@ def group_gaps(
 ) -> list[GapGroup]:
     """Questions with text grouped by meaning, most sessions first.
 
-    Each question joins the group whose centre is nearest, when within ``similarity``, else
-    starts one; identical wordings share a vector, so they always share a group.
+    Each distinct wording, in the order first asked, joins the group whose centre is nearest
+    when within ``similarity``, else starts one; a centre is the mean of its wordings weighted
+    by how often each was asked. Identical wordings share a vector, so they always share a group.
     """
-    members: list[list[GapQuestion]] = []
-    sums: list[np.ndarray] = []
+    wordings: dict[str, list[GapQuestion]] = {}
     for question in questions:
-        vector = vectors.get(question.row.query or "") if not question.row.hashed else None
-        if vector is None:
-            continue
-        best, best_score = -1, similarity
-        if sums:
-            centres = np.stack([s / max(float(np.linalg.norm(s)), 1e-12) for s in sums])
-            scores = centres @ vector
-            index = int(np.argmax(scores))
-            if float(scores[index]) >= best_score:
-                best, best_score = index, float(scores[index])
-        if best < 0:
-            members.append([question])
-            sums.append(np.array(vector, dtype=np.float32))
-        else:
-            members[best].append(question)
-            sums[best] = sums[best] + vector
+        text = question.row.query
+        if text is not None and not question.row.hashed and text in vectors:
+            wordings.setdefault(text, []).append(question)
+    if not wordings:
+        return []
+    dim = len(next(iter(vectors.values())))
+    sums = np.zeros((len(wordings), dim), dtype=np.float32)
+    centres = np.zeros_like(sums)
+    members: list[list[GapQuestion]] = []
+    for text, asked in wordings.items():
+        vector = vectors[text]
+        count = len(members)
+        scores = centres[:count] @ vector if count else np.empty(0)
+        index = int(np.argmax(scores)) if count else -1
+        if index < 0 or float(scores[index]) < similarity:
+            index = count
+            members.append([])
+        members[index].extend(asked)
+        sums[index] += len(asked) * vector
+        centres[index] = sums[index] / max(float(np.linalg.norm(sums[index])), 1e-12)
     groups = [
-        GapGroup(tuple(qs), s / max(float(np.linalg.norm(s)), 1e-12))
-        for qs, s in zip(members, sums, strict=True)
+        GapGroup(tuple(sorted(qs, key=lambda q: q.row.id)), centres[i].copy()) for i, qs in enumerate(members)
     ]
     return sorted(groups, key=lambda g: (-g.sessions, -len(g.questions), g.first_seen))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,12 +28,14 @@ from retrieval.gaps import (
 )
 from retrieval.models import Tier
 from server.stack import Runtime
-from storage.log_reads import answered_lookups, document_reads, log_position, read_only
+from storage.log_reads import LookupRow, ReadRow, answered_lookups, document_reads, log_position, read_only
 from storage.usage_queries import DocumentUsage, document_usage
 
 # Questions embedded per hop to the embedder's thread: a lookup waits behind at most one batch.
 EMBED_BATCH = 8
 TOP_DOCUMENTS = 10
+# A report over a growing log is rebuilt at most this often (seconds).
+REFRESH_S = 60.0
 # A document counts as "often" REFERENCE, or read further, from this many times in the window.
 OFTEN = 2
 _TIER_ORDER = [Tier.NO_MATCH, Tier.DEDUPED, Tier.REFERENCE, Tier.HIGHLY_RELEVANT, Tier.PRECISE]
@@ -106,42 +109,80 @@ def _best_tier(group: GapGroup) -> str:
     return max(levels, key=lambda level: _TIER_ORDER.index(Tier(level))) if levels else Tier.NO_MATCH.value
 
 
+@dataclass(frozen=True)
+class _Built:
+    position: int  # the log's last row id when the report was built
+    built: float  # time.monotonic() then
+    report: GapReport
+
+
 class GapReporter:
     """Builds reports over one runtime, keeping question vectors and the last report per window."""
 
-    def __init__(self, runtime: Runtime, log_path: Path, *, similarity: float = DEFAULT_SIMILARITY) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        log_path: Path,
+        *,
+        similarity: float = DEFAULT_SIMILARITY,
+        refresh_s: float = REFRESH_S,
+    ) -> None:
         self.runtime = runtime
         self.log_path = log_path
         self.similarity = similarity
+        self.refresh_s = refresh_s
         self._vectors: dict[str, np.ndarray] = {}
-        self._cache: dict[float | None, tuple[int, GapReport]] = {}
-        self._building: dict[float | None, asyncio.Task[GapReport]] = {}
+        self._cache: dict[tuple[str, bool], _Built] = {}
+        self._building: dict[tuple[str, bool], asyncio.Task[_Built]] = {}
 
-    async def report(self, since: float | None, *, log_queries: bool) -> GapReport:
-        """The report of the window, rebuilt only when the log has grown since the last one."""
-        async with read_only(self.log_path) as conn:
-            position = await log_position(conn)
-        cached = self._cache.get(since)
-        if cached is not None and cached[0] == position and cached[1].log_queries == log_queries:
-            return cached[1]
-        task = self._building.get(since)
+    async def report(self, since: float | None, *, log_queries: bool, window: str = "") -> GapReport:
+        """The report of ``window`` (a label: "7d", "all"), starting at ``since``.
+
+        A report is rebuilt when the log has grown, but at most every ``refresh_s`` seconds: in
+        between, and while a rebuild runs, the last report is served (it says when it was made),
+        so a page over a long, busy log answers at once. Only the first report of a window waits.
+        """
+        key = (window, log_queries)
+        position = await self._position()
+        cached = self._cache.get(key)
+        if cached is not None and (
+            cached.position == position or time.monotonic() - cached.built < self.refresh_s
+        ):
+            return cached.report
+        task = self._building.get(key)
         if task is None:
-            # One build per window at a time: concurrent pages wait for the same one.
-            task = asyncio.create_task(self._build(since, log_queries=log_queries))
-            self._building[since] = task
+            # One build per window at a time: concurrent pages share it.
+            task = asyncio.create_task(self._store(key, position, since, log_queries))
+            self._building[key] = task
+        if cached is not None:
+            return cached.report
+        return (await asyncio.shield(task)).report
+
+    async def _position(self) -> int:
+        if not self.log_path.exists():  # nothing logged yet: an empty report, not an error
+            return 0
+        async with read_only(self.log_path) as conn:
+            return await log_position(conn)
+
+    async def _store(
+        self, key: tuple[str, bool], position: int, since: float | None, log_queries: bool
+    ) -> _Built:
         try:
-            report = await asyncio.shield(task)
+            built = _Built(position, time.monotonic(), await self._build(since, log_queries=log_queries))
+            self._cache[key] = built
+            return built
         finally:
-            if task.done():
-                self._building.pop(since, None)
-        self._cache[since] = (position, report)
-        return report
+            self._building.pop(key, None)
 
     async def _build(self, since: float | None, *, log_queries: bool) -> GapReport:
-        async with read_only(self.log_path) as conn:
-            lookups = await answered_lookups(conn, since)
-            reads = await document_reads(conn, since)
-            usage = await document_usage(conn, since)
+        lookups: list[LookupRow] = []
+        reads: list[ReadRow] = []
+        usage: dict[str, DocumentUsage] = {}
+        if self.log_path.exists():
+            async with read_only(self.log_path) as conn:
+                lookups = await answered_lookups(conn, since)
+                reads = await document_reads(conn, since)
+                usage = await document_usage(conn, since)
         view = await asyncio.to_thread(self.runtime.engine.view)
         titles = {key: (entry.title, entry.domain) for key, entry in view.entries.items()}
         if log_queries:

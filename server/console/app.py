@@ -70,10 +70,10 @@ class Console:
         """The retrieval stack, once warm (the first page may wait for the model to load)."""
         return await self._runtime()
 
-    async def report(self, since: float | None) -> GapReport:
+    async def report(self, window: str, since: float | None) -> GapReport:
         if self._reporter is None:
             self._reporter = GapReporter(await self.runtime(), self.log_path)
-        return await self._reporter.report(since, log_queries=self.show_queries)
+        return await self._reporter.report(since, log_queries=self.show_queries, window=window)
 
     async def overview(self, since: float | None) -> Overview:
         if not self.log_path.exists():
@@ -147,7 +147,7 @@ async def _overview(console: Console, _: Request, label: str, since: float | Non
 
 
 async def _gaps(console: Console, _: Request, label: str, since: float | None) -> str:
-    report = await console.report(since)
+    report = await console.report(label, since)
     if not console.show_queries:
         report = report.model_copy(update={"groups": []})
     return pages.gaps_page(report, label)
@@ -156,7 +156,7 @@ async def _gaps(console: Console, _: Request, label: str, since: float | None) -
 async def _documents(console: Console, request: Request, label: str, since: float | None) -> str:
     sort = request.query_params.get("sort", "delivered")
     descending = request.query_params.get("order", "desc") != "asc"
-    return pages.documents_page(await console.report(since), label, sort, descending)
+    return pages.documents_page(await console.report(label, since), label, sort, descending)
 
 
 async def _sessions(console: Console, _: Request, label: str, since: float | None) -> str:
@@ -166,7 +166,7 @@ async def _sessions(console: Console, _: Request, label: str, since: float | Non
 
 async def _map(console: Console, _: Request, label: str, since: float | None) -> str:
     runtime = await console.runtime()
-    report = await console.report(since)
+    report = await console.report(label, since)
     delivered: dict[str, int] = {}
     for doc in report.documents.all:
         delivered[doc.domain or ""] = delivered.get(doc.domain or "", 0) + doc.delivered

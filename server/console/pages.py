@@ -152,7 +152,10 @@ def overview_page(data: Overview, since: str) -> str:
 
 def gaps_page(report: GapReport, since: str) -> str:
     """Groups by sessions affected, each expandable to its questions; domain counts when queries are hashed."""
-    parts = [f'<p id="gap-total">{e(report.questions)} questions the knowledge base could not answer.</p>']
+    parts = [
+        f'<p id="gap-total">{e(report.questions)} questions the knowledge base could not answer.</p>',
+        _made(report),
+    ]
     if report.message:
         parts.append(f'<p class="note" id="not-logged">{e(report.message)}</p>')
     if report.hidden_by_domain:
@@ -202,6 +205,10 @@ def gaps_page(report: GapReport, since: str) -> str:
     return layout("Knowledge gaps", "/gaps", since, "".join(parts))
 
 
+def _made(report: GapReport) -> str:
+    return f'<p class="note">Report made {e(when_iso(report.generated_at))} UTC; rebuilt at most once a minute.</p>'
+
+
 def when_iso(text: str) -> str:
     return text.replace("T", " ").removesuffix("+00:00")[:16]
 
@@ -235,7 +242,8 @@ def documents_page(report: GapReport, since: str, sort: str, descending: bool) -
     rows = [[getattr(d, c) for c in DOC_COLUMNS] for d in docs]
     lists = report.documents
     body = (
-        table(headers, rows, numeric=[2, 3, 4, 5, 6, 7], ident="documents")
+        _made(report)
+        + table(headers, rows, numeric=[2, 3, 4, 5, 6, 7], ident="documents")
         + "<h2>Never delivered in this window</h2>"
         + table(["document"], [[k] for k in lists.never_delivered])
         + "<h2>Split candidates: delivered partial, then read further</h2>"
