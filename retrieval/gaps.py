@@ -29,6 +29,9 @@ GapReason = Literal["no_match", "reference_followed", "read_further", "rephrasin
 # as one question in other words: rephrasings of one question measured 0.63-0.87 (Chinese and
 # English wordings of one question 0.63), different questions of one domain 0.24-0.56.
 DEFAULT_SIMILARITY = 0.6
+# How many of a session's next lookups may be a rephrasing or a follow-up of a question: the
+# vectors needed stay proportional to the unanswered questions, not to the sessions' length.
+FOLLOW_WINDOW = 3
 # Tiers that answered: a later lookup answered so is not a rephrasing of an unanswered question.
 _ANSWERED = (Tier.PRECISE, Tier.HIGHLY_RELEVANT)
 EXAMPLES = 3
@@ -97,14 +100,12 @@ def texts_to_embed(lookups: Sequence[LookupRow], reads: Sequence[ReadRow]) -> li
 
 
 def _after_reference(rows: Sequence[LookupRow]) -> list[LookupRow]:
-    """The lookups of a session after its first NO_MATCH or REFERENCE: candidates to be rephrasings."""
-    seen = False
-    later = []
-    for row in rows:
-        if seen:
-            later.append(row)
-        seen = seen or row.relevance_level in (Tier.NO_MATCH, Tier.REFERENCE)
-    return later
+    """The lookups within FOLLOW_WINDOW after a NO_MATCH or REFERENCE: candidates to be rephrasings."""
+    later: dict[int, LookupRow] = {}
+    for i, row in enumerate(rows):
+        if row.relevance_level in (Tier.NO_MATCH, Tier.REFERENCE):
+            later.update((other.id, other) for other in rows[i + 1 : i + 1 + FOLLOW_WINDOW])
+    return list(later.values())
 
 
 # Why a later lookup was DEDUPED when it hit what the session already held: the same topic.
@@ -157,7 +158,7 @@ def _reason(
         return "no_match"
     if row.relevance_level == Tier.REFERENCE:
         # Only a REFERENCE needs the rest of its session: the scan stays linear in the log.
-        later = [other for other in session if other.id > row.id]
+        later = [other for other in session if other.id > row.id][:FOLLOW_WINDOW]
         if _followed(row, later, vectors, similarity):
             return "reference_followed"
     if row.id in read_further:

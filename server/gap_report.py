@@ -136,11 +136,21 @@ class GapReporter:
         self._building: dict[tuple[str, bool], asyncio.Task[_Built]] = {}
 
     async def report(self, since: float | None, *, log_queries: bool, window: str = "") -> GapReport:
+        """The report of ``window`` (see ``latest``), waiting for its first build."""
+        report = await self.latest(since, log_queries=log_queries, window=window, wait=True)
+        if report is None:  # pragma: no cover - wait=True always returns a report
+            raise RuntimeError("the gap report was not built")
+        return report
+
+    async def latest(
+        self, since: float | None, *, log_queries: bool, window: str = "", wait: bool = False
+    ) -> GapReport | None:
         """The report of ``window`` (a label: "7d", "all"), starting at ``since``.
 
         A report is rebuilt when the log has grown, but at most every ``refresh_s`` seconds: in
         between, and while a rebuild runs, the last report is served (it says when it was made),
-        so a page over a long, busy log answers at once. Only the first report of a window waits.
+        so a page over a long, busy log answers at once. The first report of a window is None
+        until built, unless ``wait``.
         """
         key = (window, log_queries)
         position = await self._position()
@@ -156,7 +166,7 @@ class GapReporter:
             self._building[key] = task
         if cached is not None:
             return cached.report
-        return (await asyncio.shield(task)).report
+        return (await asyncio.shield(task)).report if wait else None
 
     async def _position(self) -> int:
         if not self.log_path.exists():  # nothing logged yet: an empty report, not an error
@@ -187,8 +197,15 @@ class GapReporter:
         titles = {key: (entry.title, entry.domain) for key, entry in view.entries.items()}
         if log_queries:
             await self._embed(texts_to_embed(lookups, reads))
-        questions = select_gaps(lookups, reads, self._vectors, similarity=self.similarity)
-        groups = group_gaps(questions, self._vectors, similarity=self.similarity) if log_queries else []
+        # Pure Python over every lookup of the window: on a thread, so the event loop keeps serving.
+        questions = await asyncio.to_thread(
+            select_gaps, lookups, reads, self._vectors, similarity=self.similarity
+        )
+        groups = (
+            await asyncio.to_thread(group_gaps, questions, self._vectors, similarity=self.similarity)
+            if log_queries
+            else []
+        )
         hidden = [q for q in questions if q.row.hashed or not log_queries]
         outs = [await self._group_out(rank, group, titles) for rank, group in enumerate(groups, start=1)]
         return GapReport(

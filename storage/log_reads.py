@@ -8,6 +8,7 @@ the process that serves it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -93,6 +94,11 @@ async def answered_lookups(conn: aiosqlite.Connection, since: float | None) -> l
         " AND COALESCE(json_extract(retrieval_details, '$.blocked'), 0) = 0 ORDER BY id",
         (*params, LOOKUP),
     )
+    # Building 100k rows of objects takes a while: off the event loop, beside the lookups.
+    return await asyncio.to_thread(_lookup_rows, rows)
+
+
+def _lookup_rows(rows: list[Any]) -> list[LookupRow]:
     return [
         LookupRow(
             id=row[0],

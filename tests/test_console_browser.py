@@ -39,6 +39,7 @@ if CHROMIUM is None or DRIVER is None:
     )
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 TOKEN = "console-test-token-5c1e"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -119,6 +120,8 @@ def scalar(log: Path, sql: str) -> Any:
 def load(browser: Any, url: str, name: str, tmp_path: Path) -> Any:
     """Load a page, screenshot it, and check it ran no script and logged no console error."""
     browser.get(url)
+    # The first gap report of a window is built in the background; its pages reload until it is.
+    WebDriverWait(browser, 300, poll_frequency=0.5).until(lambda d: not d.find_elements(By.ID, "pending"))
     shots = [tmp_path / f"{name}.png"]
     if os.environ.get("CONSOLE_SCREENSHOTS"):
         shots.append(Path(os.environ["CONSOLE_SCREENSHOTS"]) / f"console-{name}.png")

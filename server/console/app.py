@@ -50,6 +50,10 @@ class ConsoleUnavailable(RuntimeError):
     """The retrieval stack could not be opened; pages that need it say so."""
 
 
+class ReportPending(Exception):
+    """The window's first gap report is being built; the page asks the browser to come back."""
+
+
 class Console:
     """The console's data: the log at ``log_path``, the live settings and the retrieval stack."""
 
@@ -71,9 +75,13 @@ class Console:
         return await self._runtime()
 
     async def report(self, window: str, since: float | None) -> GapReport:
+        """The window's gap report; ReportPending while its first build runs (it embeds questions)."""
         if self._reporter is None:
             self._reporter = GapReporter(await self.runtime(), self.log_path)
-        return await self._reporter.report(since, log_queries=self.show_queries, window=window)
+        report = await self._reporter.latest(since, log_queries=self.show_queries, window=window)
+        if report is None:
+            raise ReportPending(window)
+        return report
 
     async def overview(self, since: float | None) -> Overview:
         if not self.log_path.exists():
@@ -119,6 +127,8 @@ def _page(
         started = time.perf_counter()
         try:
             body = await build(console, request, label, since)
+        except ReportPending:
+            return _html(pages.pending_page(request.url.path, label), 200)
         except ConsoleUnavailable as exc:
             logger.warning("console page %s: %s", request.url.path, exc)
             return _html(

@@ -345,5 +345,16 @@ def map_page(knowledge_map: KnowledgeMap, delivered: dict[str, int], since: str)
     return layout("Knowledge map", "/map", since, body)
 
 
+def pending_page(path: str, since: str) -> str:
+    """Shown while a window's first gap report is built: reloads itself (a meta refresh, no script)."""
+    page = path.removeprefix(PREFIX)
+    body = (
+        '<p class="note" id="pending">The gap report for this window is being built (the logged questions '
+        "are embedded once); this page reloads in a few seconds.</p>"
+    )
+    html = layout("Building the report", page, since, body)
+    return html.replace("<head>", '<head><meta http-equiv="refresh" content="3">', 1)
+
+
 def message_page(title: str, text: str, since: str) -> str:
     return layout(title, "", since, f'<p class="note">{e(text)}</p>')
