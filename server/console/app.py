@@ -28,13 +28,14 @@ from server.console import pages
 from server.gap_report import GapReport, GapReporter
 from server.stack import Runtime
 from storage import usage_queries
-from storage.log_reads import read_only
+from storage.log_digest import LogDigest, Overview, SessionRow
+from storage.log_reads import log_position, read_only
 from storage.schema import SchemaVersionError
-from storage.usage_queries import Overview
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = "7d"
+SESSIONS_SHOWN = 100
 SESSION_DETAILS = 50
 HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -64,6 +65,7 @@ class Console:
         self._settings = settings
         self._runtime = runtime
         self._reporter: GapReporter | None = None
+        self._digest = LogDigest()
 
     @property
     def show_queries(self) -> bool:
@@ -83,17 +85,24 @@ class Console:
             raise ReportPending(window)
         return report
 
+    async def digest(self) -> LogDigest:
+        """The log's running totals, with the rows written since the last page folded in."""
+        async with read_only(self.log_path) as conn:
+            if await log_position(conn) < self._digest.last_id:  # the log was recreated
+                self._digest = LogDigest()
+            await self._digest.refresh(conn)
+        return self._digest
+
     async def overview(self, since: float | None) -> Overview:
         if not self.log_path.exists():
             return Overview(bucket_seconds=3600)
-        async with read_only(self.log_path) as conn:
-            return await usage_queries.overview(conn, since)
+        return (await self.digest()).overview(since)
 
-    async def sessions(self, since: float | None) -> tuple[list[Any], dict[str, list[dict[str, Any]]]]:
+    async def sessions(self, since: float | None) -> tuple[list[SessionRow], dict[str, list[dict[str, Any]]]]:
         if not self.log_path.exists():
             return [], {}
+        rows = (await self.digest()).active_sessions(since, SESSIONS_SHOWN)
         async with read_only(self.log_path) as conn:
-            rows = await usage_queries.sessions(conn, since)
             calls = {
                 s.session_key: await usage_queries.session_calls(conn, s.session_key)
                 for s in rows[:SESSION_DETAILS]

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from retrieval.models import KnowledgeMap
 from server.console import svg
 from server.gap_report import DocumentOut, GapReport
-from storage.usage_queries import Overview, SessionRow
+from storage.log_digest import Overview, SessionRow
 
 PREFIX = "/console"
 PAGES = (
