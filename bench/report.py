@@ -319,8 +319,42 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
             )
     else:
         lines.append(gov.get("note", "Not measured in this run."))
+    lines += _console_lines(results.get("console") or {})
     lines.append("")
     return "\n".join(lines)
+
+
+def _console_lines(console: dict[str, Any]) -> list[str]:
+    """The web console's pages on a long log, and lookups served beside it (bench.console_bench)."""
+    if not console.get("pages_ms"):
+        return []
+    pages = console["pages_ms"]
+    lines = [
+        "",
+        "## Web console",
+        "",
+        f"Each page of `/console` over a log of {console['rows']:,} rows, served by the process that also",
+        f"serves `/mcp` (ms over loopback HTTP; target p95 under {console['target_ms']:.0f} ms). The gap report's first",
+        f"build for a window (embedding the logged questions) took {pages['gaps_first_build_ms'] / 1000:.1f} s, in",
+        "the background; pages show the last report meanwhile. The first request of the overview read the",
+        f"whole log once for its running totals ({pages.get('first_request_ms', {}).get('/', 0):.0f} ms); later ones read only new rows.",
+        "",
+        "| page | median | p95 |",
+        "|---|---|---|",
+    ]
+    for page, summary in pages.items():
+        if isinstance(summary, dict) and "p95" in summary:
+            lines.append(
+                f"| `/console{page if page != '/' else ''}` | {summary['median']} | {summary['p95']} |"
+            )
+    alone, loaded = console["lookup_alone_ms"], console["lookup_with_console_load_ms"]
+    lines += [
+        "",
+        f"Lookups through `/mcp` alone: median {alone['median']} ms, p95 {alone['p95']} ms; while another client",
+        f"requested console pages without pause ({console['console_pages_served_during_load']} pages):"
+        f" median {loaded['median']} ms, p95 {loaded['p95']} ms.",
+    ]
+    return lines
 
 
 def _get_stages(ingest: dict[str, Any]) -> dict[str, float]:

@@ -127,4 +127,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         0.3,
         "<=",
     )
+    pages = _get(results, "console", "pages_ms") or {}
+    slowest = max((p["p95"] for p in pages.values() if isinstance(p, dict) and "p95" in p), default=None)
+    add("console", "slowest console page on a 100k-row log, p95", slowest, 300, "<=", " ms")
     return rows
