@@ -36,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = "7d"
 SESSIONS_SHOWN = 100
+# A page is rendered at most this often per address: a console left reloading, or many people
+# looking at once, costs the process serving lookups one render per page and period, not one per
+# request (the figures are then at most this old).
+PAGE_TTL_S = 2.0
+PAGES_KEPT = 64
 SESSION_DETAILS = 50
 HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -66,6 +71,17 @@ class Console:
         self._runtime = runtime
         self._reporter: GapReporter | None = None
         self._digest = LogDigest()
+        self._pages: dict[tuple[str, str, bool], tuple[float, str]] = {}
+
+    def cached_page(self, path: str, query: str) -> str | None:
+        """A page rendered less than PAGE_TTL_S ago for the same address (and query-text setting)."""
+        hit = self._pages.get((path, query, self.show_queries))
+        return hit[1] if hit is not None and time.monotonic() - hit[0] < PAGE_TTL_S else None
+
+    def keep_page(self, path: str, query: str, body: str) -> None:
+        if len(self._pages) >= PAGES_KEPT:
+            self._pages.clear()
+        self._pages[(path, query, self.show_queries)] = (time.monotonic(), body)
 
     @property
     def show_queries(self) -> bool:
@@ -134,8 +150,13 @@ def _page(
         console: Console = request.app.state.console
         label, since = _window(request)
         started = time.perf_counter()
+        path, query = request.url.path, request.url.query
+        cached = console.cached_page(path, query)
+        if cached is not None:
+            return _html(cached)
         try:
             body = await build(console, request, label, since)
+            console.keep_page(path, query, body)
         except ReportPending:
             return _html(pages.pending_page(request.url.path, label), 200)
         except ConsoleUnavailable as exc:
