@@ -6,8 +6,10 @@ like real ones (sessions of lookups with the tier mix, reads, refusals, errors, 
 Then, over loopback HTTP:
 - every page, warmed once (the gaps report's first build is timed on its own: it embeds the
   logged questions), then requested ``per_page`` times;
-- the same number of fresh lookups through an MCP client, alone and while another client
-  requests console pages without pause.
+- the same number of fresh lookups through an MCP client: alone; while another client browses
+  the console (a page a second); and while it requests pages without pause. Those requests carry
+  a different address each time, so the console's 2-second page cache never answers them: every
+  one renders its page.
 
 Run alone: ``python -m bench.console_bench [--rows 100000]``; ``make bench`` runs it from
 bench.run and writes ``bench/results/console.json``.
@@ -178,7 +180,8 @@ async def _pages(base: str, per_page: int) -> dict[str, Any]:
             # The first request of a page reads the whole log once (the overview's and sessions'
             # running totals); later ones read only new rows. Timed apart.
             first[page or "/"] = round(await _timed(client, url), 1)
-            samples = [await _timed(client, url) for _ in range(per_page)]
+            # A different address each time: the console's page cache (2 s) does not answer.
+            samples = [await _timed(client, f"{url}&sample={i}") for i in range(per_page)]
             result[page or "/"] = summarize([samples], digits=1)
     result["first_request_ms"] = first
     return result
@@ -200,7 +203,8 @@ async def _lookups(base: str, count: int, label: str) -> list[float]:
     return samples
 
 
-async def _under_load(base: str, count: int) -> tuple[list[float], int]:
+async def _under_load(base: str, count: int, pause_s: float) -> tuple[list[float], int]:
+    """Lookups while a client requests console pages, ``pause_s`` apart (0: without pause)."""
     import httpx
 
     stop = asyncio.Event()
@@ -211,12 +215,16 @@ async def _under_load(base: str, count: int) -> tuple[list[float], int]:
         async with httpx.AsyncClient(timeout=600) as client:
             while not stop.is_set():
                 for page in PAGES:
-                    await client.get(f"{base}/console{page}?since=all")
+                    # Each request a different address (an unused parameter): the console's page
+                    # cache does not answer it, every page is rendered.
+                    await client.get(f"{base}/console{page}?since=all&request={served}")
                     served += 1
+                    if pause_s:
+                        await asyncio.sleep(pause_s)
 
     task = asyncio.create_task(browse())
     try:
-        samples = await _lookups(base, count, "loaded")
+        samples = await _lookups(base, count, f"loaded {pause_s}")
     finally:
         stop.set()
         await task
@@ -250,7 +258,8 @@ async def _serve_and_measure(settings: Any, embedder: Any, per_page: int, lookup
         await _lookups(base, 3, "warm")  # the model and the store are warm before anything is timed
         pages = await _pages(base, per_page)
         alone = await _lookups(base, lookups, "alone")
-        loaded, served = await _under_load(base, lookups)
+        browsing, browsed = await _under_load(base, lookups, 1.0)
+        loaded, served = await _under_load(base, lookups, 0.0)
     finally:
         server.should_exit = True
         await serving
@@ -258,6 +267,8 @@ async def _serve_and_measure(settings: Any, embedder: Any, per_page: int, lookup
     return {
         "pages_ms": pages,
         "lookup_alone_ms": _summary(alone),
+        "lookup_while_browsing_ms": _summary(browsing),
+        "console_pages_while_browsing": browsed,
         "lookup_with_console_load_ms": _summary(loaded),
         "console_pages_served_during_load": served,
     }

@@ -348,11 +348,13 @@ def _console_lines(console: dict[str, Any]) -> list[str]:
                 f"| `/console{page if page != '/' else ''}` | {summary['median']} | {summary['p95']} |"
             )
     alone, loaded = console["lookup_alone_ms"], console["lookup_with_console_load_ms"]
+    browsing = console.get("lookup_while_browsing_ms") or {}
     lines += [
         "",
         f"Lookups through `/mcp` alone: median {alone['median']} ms, p95 {alone['p95']} ms; while another client",
-        f"requested console pages without pause ({console['console_pages_served_during_load']} pages):"
-        f" median {loaded['median']} ms, p95 {loaded['p95']} ms.",
+        f"browsed the console, a page a second: median {browsing.get('median')} ms, p95 {browsing.get('p95')} ms;",
+        f"while it requested pages without pause ({console['console_pages_served_during_load']} pages, each one"
+        f" rendered): median {loaded['median']} ms, p95 {loaded['p95']} ms.",
     ]
     return lines
 
