@@ -319,8 +319,11 @@ def _first_heading(body: str) -> str:
 
 
 def _folder_domain(key: str) -> str:
+    """The top folder; a top-level Notion page shares the domain of its sub-pages' folder."""
     parts = key.split("/")
-    return without_notion_id(parts[0]) if len(parts) > 1 else DEFAULT_DOMAIN
+    if len(parts) > 1:
+        return without_notion_id(parts[0])
+    return without_notion_id(Path(key).stem) if has_notion_id(key) else DEFAULT_DOMAIN
 
 
 def _sections(body: str) -> Iterator[tuple[str, str]]:

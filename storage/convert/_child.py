@@ -6,10 +6,13 @@ import json
 import logging
 import resource
 import sys
+from collections.abc import Callable
 
 from storage.convert import convert_bytes
-from storage.convert._types import ConversionError
+from storage.convert._types import ConversionError, Converted
 from storage.convert.worker import read_frame, write_frame
+
+Convert = Callable[[bytes, str], Converted]
 
 
 def _warm() -> None:
@@ -19,9 +22,9 @@ def _warm() -> None:
     import storage.convert._pdf  # noqa: F401
 
 
-def _reply(suffix: str, raw: bytes, memory_mb: int) -> dict[str, object]:
+def _reply(convert: Convert, suffix: str, raw: bytes, memory_mb: int) -> dict[str, object]:
     try:
-        converted = convert_bytes(raw, suffix)
+        converted = convert(raw, suffix)
     except ConversionError as exc:
         return {"error": str(exc)}
     except MemoryError:
@@ -33,15 +36,14 @@ def _reply(suffix: str, raw: bytes, memory_mb: int) -> dict[str, object]:
     return {"markdown": converted.markdown, "title": converted.title, "domain": converted.domain}
 
 
-def main() -> None:
-    memory_mb = int(sys.argv[1])
+def serve(memory_mb: int, convert: Convert) -> None:
+    """Cap the address space, then answer requests on stdin until it closes."""
     logging.disable(logging.CRITICAL)
-    _warm()
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while (header := read_frame(stdin)) is not None and (raw := read_frame(stdin)) is not None:
-        reply = _reply(json.loads(header)["suffix"], raw, memory_mb)
+        reply = _reply(convert, json.loads(header)["suffix"], raw, memory_mb)
         write_frame(stdout, json.dumps(reply).encode())
         stdout.flush()
         if reply.get("fatal"):
@@ -49,4 +51,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _warm()
+    serve(int(sys.argv[1]), convert_bytes)
