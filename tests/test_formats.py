@@ -13,11 +13,18 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from retrieval.ingest import Ingestor
+from server.config.settings import load_settings
+from server.stack import chunking_rule, conversion_limits, open_runtime
+from server.watch import FolderWatcher, watch_ingest
+from storage.convert.worker import ConversionWorker
 from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base
 from tests.office_files import (
     FIRST_WEEK,
@@ -223,3 +230,63 @@ def test_the_notion_export_loses_its_ids_and_keeps_links_as_text(client: Any) ->
     assert (
         answer["primary"]["title"] == "Billing API" and answer["primary"]["domain"] == "Engineering Handbook"
     )
+
+
+class _CountingWorker(ConversionWorker):
+    """The real bounded worker, counting the files it converts."""
+
+    converted: list[str]
+
+    def convert(self, raw: bytes, suffix: str) -> Any:
+        self.converted.append(suffix)
+        return super().convert(raw, suffix)
+
+
+def test_converted_files_are_incremental_by_hash_and_unchanged_ones_are_not_converted_again(
+    tmp_path: Path, e5_embedder: Any
+) -> None:
+    kb = write_knowledge_base(
+        tmp_path / "kb",
+        {"policies/travel.pdf": pdf_bytes(TRAVEL), "onboarding/week.docx": docx_bytes(FIRST_WEEK)},
+    )
+    runtime = open_runtime(load_settings(None, data_dir=tmp_path / "data"), embedder=e5_embedder)
+    worker = _CountingWorker(conversion_limits(runtime.settings))
+    worker.converted = []
+    try:
+        ingestor = Ingestor(
+            runtime.catalog,
+            runtime.store,
+            e5_embedder,
+            rule=chunking_rule(runtime.settings, e5_embedder),
+            converter=worker,
+        )
+        first = ingestor.run(kb)
+        assert sorted(first.added) == ["onboarding/week.docx", "policies/travel.pdf"]
+        assert (ingestor.run(kb).skipped, sorted(worker.converted)) == (2, [".docx", ".pdf"])
+        changed = replace(TRAVEL, sections=(TRAVEL.sections[0], ("Trains", ("Always take the train.",))))
+        (kb / "policies/travel.pdf").write_bytes(pdf_bytes(changed))
+        third = ingestor.run(kb)
+        assert (third.updated, third.skipped, worker.converted[2:]) == (["policies/travel.pdf"], 1, [".pdf"])
+        bodies = {entry.doc_key: entry.body for entry in runtime.catalog.entries()}
+        assert "Always take the train." in bodies["policies/travel.pdf"]
+    finally:
+        runtime.close()
+
+
+async def test_serve_watch_ingests_a_new_word_document(tmp_path: Path, e5_embedder: Any) -> None:
+    kb = write_knowledge_base(tmp_path / "kb", {"notes/readme.md": "# Notes\n\nPlain markdown.\n"})
+    runtime = open_runtime(load_settings(None, data_dir=tmp_path / "data"), embedder=e5_embedder)
+    try:
+        watcher = FolderWatcher(kb, watch_ingest(runtime, kb), poll_s=0.05, debounce_s=0.2)
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watcher.run)
+                while watcher.ingests < 1:
+                    await anyio.sleep(0.05)
+                (kb / "onboarding").mkdir()
+                (kb / "onboarding/week.docx").write_bytes(docx_bytes(FIRST_WEEK))
+                while "onboarding/week.docx" not in runtime.catalog.hashes():
+                    await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+    finally:
+        runtime.close()
