@@ -6,6 +6,7 @@ import json
 import logging
 import resource
 import sys
+import warnings
 from collections.abc import Callable
 
 from storage.convert import convert_bytes
@@ -38,7 +39,8 @@ def _reply(convert: Convert, suffix: str, raw: bytes, memory_mb: int) -> dict[st
 
 def serve(memory_mb: int, convert: Convert) -> None:
     """Cap the address space, then answer requests on stdin until it closes."""
-    logging.disable(logging.CRITICAL)
+    logging.disable(logging.CRITICAL)  # converters warn about every odd PDF; failures come as replies
+    warnings.simplefilter("ignore")
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -109,7 +109,8 @@ class ConversionWorker:
                 [sys.executable, "-m", self._module, str(self.limits.memory_mb)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,  # converters warn about every odd PDF; failures come as replies
+                # stderr is the parent's: the child silences the converters' warnings, so what shows
+                # there is the child failing to start, which no reply could report.
                 env=env,
             )
         child = self._child
@@ -144,6 +145,6 @@ class ConversionWorker:
         code = child.wait() if child is not None else None
         self.close()
         if code is not None and code < 0:
-            name = signal.Signals(-code).name
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
             return ConversionError(f"the converter crashed ({name}); memory limit {self.limits.memory_mb} MB")
         return ConversionError(f"the converter exited (code {code}) during conversion")
