@@ -1,7 +1,8 @@
-"""A conversion child whose converter misbehaves on purpose, by suffix: it hangs, crashes or runs out of memory.
+"""A conversion child whose converter misbehaves on purpose: on a file whose bytes are ``hang``,
+``crash`` or ``oom`` it hangs, crashes or runs out of memory.
 
 Run by storage.convert.worker.ConversionWorker(module="tests.converter_faults") in tests/test_formats.py;
-any other suffix converts as the real child does.
+any other file converts as in the real child.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from storage.convert._child import serve
 
 
 def misbehave(raw: bytes, suffix: str) -> Converted:
-    if suffix == ".hang":
+    if raw == b"hang":
         time.sleep(3600)
-    if suffix == ".crash":
+    if raw == b"crash":
         os.kill(os.getpid(), signal.SIGSEGV)
-    if suffix == ".oom":
+    if raw == b"oom":
         hog = bytearray(4 * 1024 * 1024 * 1024)  # more than any memory limit the tests set
         return Converted(str(len(hog)))
     return convert_bytes(raw, suffix)

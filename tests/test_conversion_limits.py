@@ -10,9 +10,13 @@ import io
 import subprocess
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from retrieval.ingest import Ingestor
+from server.config.settings import load_settings
+from server.stack import chunking_rule, open_runtime
 from storage.convert import ConversionError
 from storage.convert.worker import ConversionLimits, ConversionWorker
 from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base
@@ -100,22 +104,42 @@ def faulty() -> ConversionWorker:
 
 
 @pytest.mark.parametrize(
-    ("suffix", "reason"),
+    ("content", "reason"),
     [
-        (".hang", "conversion took longer than 3 s (conversion.timeout_s); stopped"),
-        (".crash", "the converter crashed (SIGSEGV); memory limit 512 MB"),
-        (".oom", "conversion needed more than 512 MB (conversion.memory_mb)"),
+        (b"hang", "conversion took longer than 3 s (conversion.timeout_s); stopped"),
+        (b"crash", "the converter crashed (SIGSEGV); memory limit 512 MB"),
+        (b"oom", "conversion needed more than 512 MB (conversion.memory_mb)"),
     ],
 )
 def test_a_converter_that_hangs_crashes_or_runs_out_of_memory_fails_only_its_file(
-    faulty: ConversionWorker, suffix: str, reason: str
+    faulty: ConversionWorker, content: bytes, reason: str
 ) -> None:
     page = html_bytes(RELEASES)
     try:
         assert "REL_HOTFIX_77" in faulty.convert(page, ".html").markdown
         with pytest.raises(ConversionError) as caught:
-            faulty.convert(b"anything", suffix)
+            faulty.convert(content, ".pdf")
         assert str(caught.value) == reason
         assert faulty.convert(page, ".html").title == "Release process"  # a fresh child, or the same
     finally:
         faulty.close()
+
+
+def test_an_ingest_goes_on_past_a_converter_that_hangs_and_one_that_crashes(
+    tmp_path: Path, e5_embedder: Any, faulty: ConversionWorker
+) -> None:
+    kb = write_knowledge_base(
+        tmp_path / "kb",
+        {"a/hangs.pdf": b"hang", "b/crashes.docx": b"crash", "c/release-process.html": html_bytes(RELEASES)},
+    )
+    runtime = open_runtime(load_settings(None, data_dir=tmp_path / "data"), embedder=e5_embedder)
+    try:
+        rule = chunking_rule(runtime.settings, e5_embedder)
+        report = Ingestor(runtime.catalog, runtime.store, e5_embedder, rule=rule, converter=faulty).run(kb)
+    finally:
+        runtime.close()
+    assert dict(report.failed) == {
+        "a/hangs.pdf": "conversion took longer than 3 s (conversion.timeout_s); stopped",
+        "b/crashes.docx": "the converter crashed (SIGSEGV); memory limit 512 MB",
+    }
+    assert report.added == ["c/release-process.html"]
