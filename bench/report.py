@@ -72,6 +72,36 @@ def _ingest_rows(ingest: dict[str, Any], labels: dict[str, str]) -> list[str]:
     return lines
 
 
+def _conversion_rows(conversion: dict[str, Any] | None) -> list[str]:
+    """HTML, PDF, Word and PowerPoint: conversion per file against embedding its chunks; the mixed share."""
+    if not conversion:
+        return []
+    lines = [
+        "",
+        "### Converting HTML, PDF, Word and PowerPoint (`bench/conversion_bench.py`)",
+        "",
+        "Files built like the tests' (tests/office_files.py), converted in process and their chunks embedded:",
+        "",
+        "| format | files | chunks | convert ms/file | embed ms/file | convert / embed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for suffix, row in conversion["per_format"].items():
+        lines.append(
+            f"| {suffix} | {row['files']} | {row['chunks']} | {row['convert_ms_per_file']} | "
+            f"{row['embed_ms_per_file']} | {row['convert_over_embed']} |"
+        )
+    runs = conversion["mixed_ingests"]
+    first = runs[0]
+    lines += [
+        "",
+        f"A fresh ingest of a mixed knowledge base ({first['documents']} documents, {first['converted_files']}"
+        f" of them converted, {first['chunks']} chunks) through the bounded conversion child: conversion took"
+        f" {', '.join(str(r['conversion_s']) for r in runs)} s of {', '.join(str(r['ingest_s']) for r in runs)} s;"
+        f" median share {conversion['conversion_share']} (target below 0.15).",
+    ]
+    return lines
+
+
 def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
     m = results["machine"]
     v = m["versions"]
@@ -157,6 +187,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
             "",
             *[f"- {stage}: {sec:.2f} s ({100 * sec / total:.1f}%)" for stage, sec in stages.items()],
         ]
+    lines += _conversion_rows(results.get("conversion"))
     emb = results.get("embedder")
     if emb:
         lines += [

@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import console_bench, embed_profile, governance_bench, incremental_bench, log_bench, machine
+from bench import (
+    console_bench,
+    conversion_bench,
+    embed_profile,
+    governance_bench,
+    incremental_bench,
+    log_bench,
+    machine,
+)
 from bench.coldstart import cold_start
 from bench.corpus import (
     DEFAULT_SEED,
@@ -334,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     ingest["short"] = ingest_ratio(short_kb, work, embedder, runs=2, label="short")
     results["ingest"] = ingest
     _write_json(results_dir / "ingest.json", ingest)
+
+    clock("HTML, PDF, Word and PowerPoint: conversion against embedding, and its share of a mixed ingest")
+    results["conversion"] = conversion_bench.measure(
+        work, embedder, per_format_files=4 if quick else 12, runs=1 if quick else 3
+    )
+    _write_json(results_dir / "conversion.json", results["conversion"])
 
     def realistic(size: int) -> list[SyntheticChunk]:
         return realistic_corpus(size, lengths, count_tokens, seed=args.seed, domains=args.domains)

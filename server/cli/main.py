@@ -73,7 +73,9 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def _ingest_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "ingest", help="ingest a directory of .md/.markdown/.txt files (incremental, idempotent)"
+        "ingest",
+        help="ingest a directory of .md/.markdown/.txt, .html/.htm, .pdf, .docx and .pptx files "
+        "(incremental, idempotent)",
     )
     p.add_argument("directory", type=Path)
     p.add_argument(
