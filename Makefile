@@ -44,7 +44,8 @@ MILVUS_SERVER_SUITES := tests/test_ingest.py tests/test_mcp_server.py tests/test
 	tests/test_vectorless_catalog.py tests/test_duplicate_vectors.py tests/test_replicas.py
 
 test: install-dev
-	$(BIN)/python -m pytest -q
+	bash scripts/install-chromium
+	$(BIN)/python -m pytest -q -rs
 	@if problem="$$($(BIN)/python -c 'import sys; sys.path.insert(0, "scripts"); from milvus_server import package_problem; print(package_problem() or "")')" && [ -z "$$problem" ]; then \
 		echo "== the same suites against a Milvus 2.3.5 server"; \
 		$(BIN)/python -m pytest -q --milvus-server $(MILVUS_SERVER_SUITES); \

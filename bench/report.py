@@ -72,6 +72,36 @@ def _ingest_rows(ingest: dict[str, Any], labels: dict[str, str]) -> list[str]:
     return lines
 
 
+def _conversion_rows(conversion: dict[str, Any] | None) -> list[str]:
+    """HTML, PDF, Word and PowerPoint: conversion per file against embedding its chunks; the mixed share."""
+    if not conversion:
+        return []
+    lines = [
+        "",
+        "### Converting HTML, PDF, Word and PowerPoint (`bench/conversion_bench.py`)",
+        "",
+        "Files built like the tests' (tests/office_files.py), converted in process and their chunks embedded:",
+        "",
+        "| format | files | chunks | convert ms/file | embed ms/file | convert / embed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for suffix, row in conversion["per_format"].items():
+        lines.append(
+            f"| {suffix} | {row['files']} | {row['chunks']} | {row['convert_ms_per_file']} | "
+            f"{row['embed_ms_per_file']} | {row['convert_over_embed']} |"
+        )
+    runs = conversion["mixed_ingests"]
+    first = runs[0]
+    lines += [
+        "",
+        f"A fresh ingest of a mixed knowledge base ({first['documents']} documents, {first['converted_files']}"
+        f" of them converted, {first['chunks']} chunks) through the bounded conversion child: conversion took"
+        f" {', '.join(str(r['conversion_s']) for r in runs)} s of {', '.join(str(r['ingest_s']) for r in runs)} s;"
+        f" median share {conversion['conversion_share']} (target below 0.15).",
+    ]
+    return lines
+
+
 def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
     m = results["machine"]
     v = m["versions"]
@@ -157,6 +187,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
             "",
             *[f"- {stage}: {sec:.2f} s ({100 * sec / total:.1f}%)" for stage, sec in stages.items()],
         ]
+    lines += _conversion_rows(results.get("conversion"))
     emb = results.get("embedder")
     if emb:
         lines += [
@@ -319,8 +350,44 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
             )
     else:
         lines.append(gov.get("note", "Not measured in this run."))
+    lines += _console_lines(results.get("console") or {})
     lines.append("")
     return "\n".join(lines)
+
+
+def _console_lines(console: dict[str, Any]) -> list[str]:
+    """The web console's pages on a long log, and lookups served beside it (bench.console_bench)."""
+    if not console.get("pages_ms"):
+        return []
+    pages = console["pages_ms"]
+    lines = [
+        "",
+        "## Web console",
+        "",
+        f"Each page of `/console` over a log of {console['rows']:,} rows, served by the process that also",
+        f"serves `/mcp` (ms over loopback HTTP; target p95 under {console['target_ms']:.0f} ms). The gap report's first",
+        f"build for a window (embedding the logged questions) took {pages['gaps_first_build_ms'] / 1000:.1f} s, in",
+        "the background; pages show the last report meanwhile. The first request of the overview read the",
+        f"whole log once for its running totals ({pages.get('first_request_ms', {}).get('/', 0):.0f} ms); later ones read only new rows.",
+        "",
+        "| page | median | p95 |",
+        "|---|---|---|",
+    ]
+    for page, summary in pages.items():
+        if isinstance(summary, dict) and "p95" in summary:
+            lines.append(
+                f"| `/console{page if page != '/' else ''}` | {summary['median']} | {summary['p95']} |"
+            )
+    alone, loaded = console["lookup_alone_ms"], console["lookup_with_console_load_ms"]
+    browsing = console.get("lookup_while_browsing_ms") or {}
+    lines += [
+        "",
+        f"Lookups through `/mcp` alone: median {alone['median']} ms, p95 {alone['p95']} ms; while another client",
+        f"browsed the console, a page a second: median {browsing.get('median')} ms, p95 {browsing.get('p95')} ms;",
+        f"while it requested pages without pause ({console['console_pages_served_during_load']} pages, each one"
+        f" rendered): median {loaded['median']} ms, p95 {loaded['p95']} ms.",
+    ]
+    return lines
 
 
 def _get_stages(ingest: dict[str, Any]) -> dict[str, float]:

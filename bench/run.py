@@ -6,8 +6,8 @@ ingested fresh (median of 3) against embedding its chunks alone; Chinese and Eng
 chunks of the sample's lengths, likewise; the short-chunk corpus's ingestion (the second table).
 Then for each size (1k -> 10k, nested, ingested incrementally) of a realistic-length corpus the
 in-process lookup measurements; at the reference size also the profile, the cold starts and the
-peak RSS of a real serving process; then the short-chunk lookups, the invocation-log commit and
-the governance replay. Progress goes to stderr.
+peak RSS of a real serving process; then the short-chunk lookups, the invocation-log commit,
+the governance replay and the web console over a 100,000-row log. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import embed_profile, governance_bench, incremental_bench, log_bench, machine
+from bench import (
+    console_bench,
+    conversion_bench,
+    embed_profile,
+    governance_bench,
+    incremental_bench,
+    log_bench,
+    machine,
+)
 from bench.coldstart import cold_start
 from bench.corpus import (
     DEFAULT_SEED,
@@ -335,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     results["ingest"] = ingest
     _write_json(results_dir / "ingest.json", ingest)
 
+    clock("HTML, PDF, Word and PowerPoint: conversion against embedding, and its share of a mixed ingest")
+    results["conversion"] = conversion_bench.measure(
+        work, embedder, per_format_files=4 if quick else 12, runs=1 if quick else 3
+    )
+    _write_json(results_dir / "conversion.json", results["conversion"])
+
     def realistic(size: int) -> list[SyntheticChunk]:
         return realistic_corpus(size, lengths, count_tokens, seed=args.seed, domains=args.domains)
 
@@ -364,6 +378,16 @@ def main(argv: list[str] | None = None) -> int:
     clock("governance replay")
     results["governance"] = governance_bench.measure(work, embedder)
     _write_json(results_dir / "governance.json", results["governance"])
+
+    clock("web console on a long log")
+    results["console"] = console_bench.measure(
+        work,
+        embedder,
+        rows=10_000 if quick else 100_000,
+        per_page=3 if quick else 10,
+        lookups=10 if quick else 30,
+    )
+    _write_json(results_dir / "console.json", results["console"])
 
     results["load"]["end"] = machine.load_average()
     results["total_seconds"] = round(time.perf_counter() - clock.started, 1)

@@ -81,6 +81,18 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
             if _get(results, "ingest", lang)
         ),
     )
+    conversion = results.get("conversion") or {}
+    add(
+        "conversion_share",
+        "mixed knowledge base: conversion seconds / ingest seconds (HTML, PDF, Word, PowerPoint), median",
+        conversion.get("conversion_share"),
+        0.15,
+        "<=",
+        note=", ".join(
+            f"{suffix}: {row['convert_over_embed']} of its embedding"
+            for suffix, row in (conversion.get("per_format") or {}).items()
+        ),
+    )
     add("lookup", "warm lookup, median", _get(at_ref, "lookup_ms", "median"), 25, "<=", " ms")
     add(
         "floor_ratio",
@@ -127,4 +139,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         0.3,
         "<=",
     )
+    pages = _get(results, "console", "pages_ms") or {}
+    slowest = max((p["p95"] for p in pages.values() if isinstance(p, dict) and "p95" in p), default=None)
+    add("console", "slowest console page on a 100k-row log, p95", slowest, 300, "<=", " ms")
     return rows

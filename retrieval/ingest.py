@@ -24,7 +24,17 @@ import numpy as np
 
 from retrieval.sparse import LexicalWeights
 from storage.catalog import Catalog, PlannedChunk
-from storage.documents import ChunkingRule, Document, DocumentError, discover, load_document
+from storage.convert.worker import ConversionWorker
+from storage.documents import (
+    Candidate,
+    ChunkingRule,
+    Document,
+    DocumentError,
+    content_hash,
+    discover,
+    load_document,
+    read_source,
+)
 from storage.vector_store import ChunkRow, chunk_id
 
 logger = logging.getLogger(__name__)
@@ -125,6 +135,7 @@ class Ingestor:
         *,
         rule: ChunkingRule,
         batch_size: int = 32,
+        converter: ConversionWorker | None = None,
         mirror: CatalogMirror | None = None,
     ) -> None:
         self._catalog = catalog
@@ -133,6 +144,8 @@ class Ingestor:
         self._embedder = embedder
         self._rule = rule
         self._batch_size = batch_size
+        # HTML, PDF, Word and PowerPoint files convert in this bounded child (None: in process).
+        self._converter = converter
 
     def run(self, root: Path, progress: Progress | None = None, *, replace: bool = False) -> IngestReport:
         """Ingest root; every bad file is reported in the result, never raised.
@@ -157,17 +170,21 @@ class Ingestor:
         visible = self._catalog.hashes()
         seen: set[str] = set()
         todo: list[_Plan] = []
-        for candidate in discover(root):
-            seen.add(candidate.doc_key)
-            try:
-                doc = load_document(candidate, rule=self._rule)
-            except DocumentError as exc:
-                report.failed.append((exc.doc_key, exc.reason))
-                continue
-            if visible.get(doc.doc_key) == doc.content_hash:
-                report.skipped += 1
-            else:
-                todo.append(self._plan(doc))
+        try:
+            for candidate in discover(root):
+                seen.add(candidate.doc_key)
+                try:
+                    doc = self._load_changed(candidate, visible.get(candidate.doc_key))
+                except DocumentError as exc:
+                    report.failed.append((exc.doc_key, exc.reason))
+                    continue
+                if doc is None:
+                    report.skipped += 1
+                else:
+                    todo.append(self._plan(doc))
+        finally:
+            if self._converter is not None:
+                self._converter.close()
         resolved = str(root.resolve())
         if not replace:
             self._refuse_a_foreign_root(resolved, len(set(visible) - seen))
@@ -188,6 +205,14 @@ class Ingestor:
             self._store.flush_and_load()
         report.seconds = time.perf_counter() - started
         return report
+
+    def _load_changed(self, candidate: Candidate, visible_hash: str | None) -> Document | None:
+        """The document, or None when its bytes are the ones ingested (before any conversion)."""
+        raw = read_source(candidate)
+        if content_hash(raw, rule=self._rule, doc_key=candidate.doc_key) == visible_hash:
+            return None
+        convert = self._converter.convert if self._converter is not None else None
+        return load_document(candidate, rule=self._rule, raw=raw, convert=convert)
 
     def _refuse_a_foreign_root(self, root: str, deleting: int) -> None:
         previous = self._catalog.ingested_root()

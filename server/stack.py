@@ -24,6 +24,7 @@ from retrieval.tracker import ActionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.settings import Settings
 from storage.catalog import Catalog
+from storage.convert.worker import ConversionLimits, ConversionWorker
 from storage.documents import ChunkingRule
 from storage.shared_catalog import SUFFIX, SharedCatalog
 from storage.shared_sync import Pulled, SharedMirror, pull
@@ -54,6 +55,7 @@ class Runtime:
             self.embedder,
             rule=chunking_rule(self.settings, self.embedder),
             batch_size=self.settings.embedder.batch_size,
+            converter=ConversionWorker(conversion_limits(self.settings)),
             mirror=SharedMirror(catalog, self.shared) if self.shared is not None else None,
         )
 
@@ -71,6 +73,12 @@ def chunking_rule(settings: Settings, embedder: CachedEmbedder) -> ChunkingRule:
         max_tokens=settings.chunking.max_tokens,
         count_tokens=embedder.count_tokens,
     )
+
+
+def conversion_limits(settings: Settings) -> ConversionLimits:
+    """How long and how much memory one file's conversion may take, and how large a file may be."""
+    conversion = settings.conversion
+    return ConversionLimits(conversion.timeout_s, conversion.memory_mb, conversion.max_file_mb)
 
 
 def catalog_path(settings: Settings, collection: str) -> Path:

@@ -60,9 +60,13 @@ def snapshot(root: Path) -> Stamp:
             if name.startswith("."):
                 continue
             path = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError):  # removed between walk and stat
+            try:
                 st = os.stat(path)
-                stamps[path] = (st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:  # removed between walk and stat
+                continue
+            except OSError:  # a link loop: the ingest reports it; its own stamp still shows a change
+                st = os.lstat(path)
+            stamps[path] = (st.st_mtime_ns, st.st_size)
     return stamps
 
 

@@ -1,4 +1,4 @@
-"""Read a markdown knowledge base: discovery, YAML front matter, heading-based chunking, hashing."""
+"""Read a knowledge base: discovery, conversion to markdown, YAML front matter, heading chunks, hashing."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import functools
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,20 @@ from typing import Any
 
 import yaml
 
+from storage.convert import CONVERTED_SUFFIXES, CONVERTER_VERSION, ConversionError, Converted, convert_bytes
+from storage.exports import (
+    CONFLUENCE_SKIPPED_DIRS,
+    has_notion_id,
+    is_confluence_export,
+    notion_links_as_text,
+    without_notion_id,
+)
 from storage.text import RULES_VERSION, identifiers, text_language
 
-SUFFIXES = (".md", ".markdown", ".txt")
+TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+SUFFIXES = TEXT_SUFFIXES + CONVERTED_SUFFIXES
+# Converts one file's bytes (suffix given) to markdown: in this process, or in a bounded worker.
+Convert = Callable[[bytes, str], Converted]
 DEFAULT_DOMAIN = "general"
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
@@ -103,23 +115,71 @@ class Candidate:
 
 
 def discover(root: Path) -> Iterator[Candidate]:
-    """Yield knowledge files under root, refusing anything that resolves outside it."""
+    """Yield knowledge files under root, refusing links that loop or escape it and special files."""
     real_root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         base = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        confluence = is_confluence_export(base)
+        dirnames[:] = sorted(
+            d for d in dirnames if not d.startswith(".") and not (confluence and d in CONFLUENCE_SKIPPED_DIRS)
+        )
         for name in list(dirnames):
             link = base / name
-            if link.is_symlink() and not _inside(link.resolve(), real_root):
-                yield Candidate(_key(link, root), link, "symlink escapes the knowledge base root")
+            if link.is_symlink() and (refusal := _link_refusal(link, real_root)):
+                yield Candidate(_key(link, root), link, refusal)
         for name in sorted(filenames):
             path = base / name
             if name.startswith(".") or path.suffix.lower() not in SUFFIXES:
                 continue
-            if not _inside(path.resolve(), real_root):
-                yield Candidate(_key(path, root), path, "symlink escapes the knowledge base root")
+            if confluence and name == "index.html":  # the export's list of pages, not a page
                 continue
-            yield Candidate(_key(path, root), path)
+            yield Candidate(_key(path, root), path, _link_refusal(path, real_root) or _special(path))
+
+
+def _link_refusal(path: Path, real_root: Path) -> str | None:
+    """Why path cannot be read as a file of this knowledge base, when a link stands in the way."""
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        return "broken symlink (its target does not exist)"
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a loop, later ones OSError
+        return "symlink loop (the link leads back to itself)"
+    return None if _inside(real, real_root) else "symlink escapes the knowledge base root"
+
+
+def _special(path: Path) -> str | None:
+    """Only regular files are read: a FIFO would block the ingest forever, a device could be endless."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else f"not a regular file (a {_file_kind(mode)})"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {stat.S_ISFIFO: "FIFO", stat.S_ISSOCK: "socket", stat.S_ISCHR: "character device"}
+    kinds |= {stat.S_ISBLK: "block device", stat.S_ISDIR: "directory"}
+    return next((name for test, name in kinds.items() if test(mode)), "special file")
+
+
+def read_source(candidate: Candidate) -> bytes:
+    """The bytes of a candidate: a regular file, opened without following a final link and without blocking.
+
+    Discovery resolved the links already; a file swapped for a link or a FIFO since then fails
+    here (ELOOP, or the fstat check) instead of being followed or blocking the ingest.
+    """
+    key = candidate.doc_key
+    if candidate.refusal:
+        raise DocumentError(key, candidate.refusal)
+    try:
+        fd = os.open(candidate.path.resolve(strict=True), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as file:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise DocumentError(key, f"not a regular file (a {_file_kind(mode)})")
+            return file.read()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop made since discovery
+        raise DocumentError(key, f"unreadable: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -130,32 +190,37 @@ def _key(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def content_hash(raw: bytes, *, rule: ChunkingRule) -> str:
-    """Hash of the bytes and the chunking that produced the chunks, so a new chunk size re-ingests."""
+def content_hash(raw: bytes, *, rule: ChunkingRule, doc_key: str = "") -> str:
+    """Hash of the bytes and of how they became chunks, so a new chunk size or converter re-ingests."""
     digest = hashlib.sha256(raw)
     digest.update(f"|{rule.signature}".encode())
+    if _converted(doc_key):
+        digest.update(f"|convert={CONVERTER_VERSION}".encode())
     return digest.hexdigest()[:32]
 
 
-def load_document(candidate: Candidate, *, rule: ChunkingRule) -> Document:
-    """Read, validate and chunk one file, raising DocumentError naming the problem."""
+def _converted(doc_key: str) -> bool:
+    return Path(doc_key).suffix.lower() in CONVERTED_SUFFIXES
+
+
+def load_document(
+    candidate: Candidate, *, rule: ChunkingRule, raw: bytes | None = None, convert: Convert | None = None
+) -> Document:
+    """Read (unless raw is given), convert, validate and chunk one file, raising DocumentError naming the problem.
+
+    HTML, PDF, Word and PowerPoint files are converted to markdown by ``convert`` (by default in
+    this process; an ingest passes a bounded worker's); the markdown is what is chunked and stored.
+    """
     key = candidate.doc_key
-    if candidate.refusal:
-        raise DocumentError(key, candidate.refusal)
-    try:
-        raw = candidate.path.read_bytes()
-    except OSError as exc:
-        raise DocumentError(key, f"unreadable: {exc.strerror or exc}") from exc
-    if b"\x00" in raw[:8192]:
-        raise DocumentError(key, "binary file (contains NUL bytes)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DocumentError(key, f"not valid UTF-8 (byte {exc.start})") from exc
-    meta, body = _split_front_matter(key, text)
+    raw = read_source(candidate) if raw is None else raw
+    meta, body, found = _markdown(key, raw, convert or convert_bytes)
     body = body.strip()
-    title = _text_field(key, meta, "title") or _first_heading(body) or Path(key).stem
-    domain = _text_field(key, meta, "domain") or _text_field(key, meta, "category") or _folder_domain(key)
+    if has_notion_id(key):
+        body = notion_links_as_text(body)
+    stem = without_notion_id(Path(key).stem)
+    title = _text_field(key, meta, "title") or found.title or _first_heading(body) or stem
+    domain = _text_field(key, meta, "domain") or _text_field(key, meta, "category")
+    domain = domain or _layout_domain(found.domain) or _folder_domain(key)
     if not _DOMAIN_ID.match(domain):
         raise DocumentError(key, f"invalid domain {domain!r}: use letters, digits, '-', '_', '.' or spaces")
     chunks = tuple(chunk_markdown(body, title=title, rule=rule))
@@ -173,10 +238,34 @@ def load_document(candidate: Candidate, *, rule: ChunkingRule) -> Document:
         domain_description=_text_field(key, meta, "domain_description"),
         when_to_retrieve=_text_field(key, meta, "when_to_retrieve"),
         body=body,
-        content_hash=content_hash(raw, rule=rule),
+        content_hash=content_hash(raw, rule=rule, doc_key=key),
         chunks=chunks,
         identifiers=tuple(codes),
     )
+
+
+def _markdown(key: str, raw: bytes, convert: Convert) -> tuple[dict[str, Any], str, Converted]:
+    """Front matter and markdown body of a file; what a converter found (title, domain) for the others."""
+    suffix = Path(key).suffix.lower()
+    if suffix in CONVERTED_SUFFIXES:
+        try:
+            converted = convert(raw, suffix)
+        except ConversionError as exc:
+            raise DocumentError(key, str(exc)) from exc
+        return {}, converted.markdown, converted
+    if b"\x00" in raw[:8192]:
+        raise DocumentError(key, "binary file (contains NUL bytes)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(key, f"not valid UTF-8 (byte {exc.start})") from exc
+    meta, body = _split_front_matter(key, text)
+    return meta, body, Converted(body)
+
+
+def _layout_domain(name: str) -> str:
+    """A domain named by an export (a Confluence space), reduced to the characters a domain may use."""
+    return " ".join(re.sub(r"[^\w.\- ]+", " ", name).split())[:128].strip(" .-")
 
 
 def _split_front_matter(key: str, text: str) -> tuple[dict[str, Any], str]:
@@ -230,8 +319,11 @@ def _first_heading(body: str) -> str:
 
 
 def _folder_domain(key: str) -> str:
+    """The top folder; a top-level Notion page shares the domain of its sub-pages' folder."""
     parts = key.split("/")
-    return parts[0] if len(parts) > 1 else DEFAULT_DOMAIN
+    if len(parts) > 1:
+        return without_notion_id(parts[0])
+    return without_notion_id(Path(key).stem) if has_notion_id(key) else DEFAULT_DOMAIN
 
 
 def _sections(body: str) -> Iterator[tuple[str, str]]:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from storage.documents import Candidate, ChunkingRule, DocumentError, chunk_markdown, discover, load_document
+from storage.documents import (
+    Candidate,
+    ChunkingRule,
+    DocumentError,
+    chunk_markdown,
+    discover,
+    load_document,
+    read_source,
+)
 from tests.helpers import write_knowledge_base
 
 
@@ -149,3 +158,27 @@ def test_identifiers_are_collected_from_the_body(tmp_path: Path) -> None:
     body = "---\ntitle: Runbook\n---\n## Codes\n\n| code | meaning |\n|---|---|\n| `KAFKA_E503_REBALANCE` | slow |\n"
     doc = load_document(_write(tmp_path, "ops/runbook.md", body), rule=ChunkingRule(max_chars=500))
     assert doc.identifiers == ("KAFKA_E503_REBALANCE",)
+
+
+def test_a_symlink_loop_and_a_fifo_are_refused_without_blocking(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    _write(root, "ok.md", "# ok")
+    (root / "loop.md").symlink_to(root / "loop.md")
+    (root / "dangling.md").symlink_to(root / "gone.md")
+    os.mkfifo(root / "pipe.md")
+    found = {c.doc_key: c.refusal for c in discover(root)}
+    assert found == {
+        "ok.md": None,
+        "loop.md": "symlink loop (the link leads back to itself)",
+        "dangling.md": "broken symlink (its target does not exist)",
+        "pipe.md": "not a regular file (a FIFO)",
+    }
+
+
+def test_a_file_swapped_for_a_fifo_after_discovery_is_refused_when_read(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    candidate = _write(root, "late.md", "# late")
+    (root / "late.md").unlink()
+    os.mkfifo(root / "late.md")  # nobody writes it: a blocking open would never return
+    with pytest.raises(DocumentError, match="not a regular file \\(a FIFO\\)"):
+        read_source(candidate)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,3 +266,26 @@ def test_cli_ingest_of_a_second_knowledge_base_stops_with_one_line_until_replace
     ]
     replaced = ingest(second, "--replace")
     assert replaced.returncode == 0 and replaced.stdout.startswith("added 1, updated 0, deleted 3")
+
+
+def test_cli_ingest_reports_a_symlink_loop_and_a_fifo_in_one_line_each_and_ingests_the_rest(
+    tmp_path: Path,
+) -> None:
+    kb = write_knowledge_base(tmp_path / "kb", DOCS)
+    (kb / "infra/loop.md").symlink_to(kb / "infra/loop.md")
+    os.mkfifo(kb / "pipe.md")  # no writer: reading it would block the ingest forever
+    proc = subprocess.run(
+        [*CLI, "ingest", str(kb)],
+        env=cli_env(tmp_path / "data"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
+    assert sorted(failed) == [
+        "failed: infra/loop.md: symlink loop (the link leads back to itself)",
+        "failed: pipe.md: not a regular file (a FIFO)",
+    ]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("added 3, updated 0, deleted 0, skipped 0, failed 2")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -280,3 +281,10 @@ async def test_watching_another_knowledge_base_logs_the_refusal_and_keeps_the_in
         assert runtime.catalog.hashes() == before and len(before) > 1
     finally:
         runtime.close()
+
+
+def test_the_watcher_stamps_a_symlink_loop_and_a_fifo_instead_of_stopping(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# a", encoding="utf-8")
+    (tmp_path / "loop.md").symlink_to(tmp_path / "loop.md")
+    os.mkfifo(tmp_path / "pipe.md")
+    assert set(snapshot(tmp_path)) == {str(tmp_path / n) for n in ("a.md", "loop.md", "pipe.md")}

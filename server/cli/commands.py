@@ -36,7 +36,8 @@ from storage.vector_store import StoreError
 logger = logging.getLogger(__name__)
 
 
-def _open(settings: Settings) -> Runtime:
+def open_checked(settings: Settings) -> Runtime:
+    """The retrieval stack, or a CommandError that says why it cannot open."""
     try:
         return open_runtime(settings)
     except (StoreError, EmbedderError, DataDirError) as exc:
@@ -44,7 +45,7 @@ def _open(settings: Settings) -> Runtime:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
-    runtime = _open(settings)
+    runtime = open_checked(settings)
     bar = ProgressBar()
     try:
         # Servers on this data directory keep serving; they see the new content once it commits.
@@ -79,7 +80,7 @@ async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> i
     request = _request(args, settings)
     if _never_created(settings):
         raise CommandError(empty_knowledge_base_message(settings.data_dir))
-    runtime = _open(settings)
+    runtime = open_checked(settings)
     try:
         service = lookup_service(runtime)
         view = await lookup_view(service, settings.data_dir)
@@ -107,7 +108,7 @@ def _never_created(settings: Settings) -> bool:
 def cmd_map(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     knowledge_map = KnowledgeMap(domains=[], document_count=0)
     if not _never_created(settings):
-        runtime = _open(settings)
+        runtime = open_checked(settings)
         try:
             knowledge_map = runtime.engine.knowledge_map()
         finally:

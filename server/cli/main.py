@@ -1,4 +1,4 @@
-"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, eval.
+"""The ``lookup-knowledge-mcp`` command line: ingest, lookup, map, calibrate, serve, stats, gaps, console, eval.
 
 Logs and progress go to stderr; stdout carries only results (and, under ``serve`` on stdio,
 belongs to the protocol).
@@ -53,7 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="MCP knowledge server: graded relevance tiers, per-session action memory, governance.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_ingest_args, _lookup_args, _map_args, _calibrate_args, _serve_args, _stats_args, _eval_args):
+    for add in (
+        _ingest_args,
+        _lookup_args,
+        _map_args,
+        _calibrate_args,
+        _serve_args,
+        _stats_args,
+        _gaps_args,
+        _console_args,
+        _eval_args,
+    ):
         _common(add(sub))
     return parser
 
@@ -63,7 +73,9 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def _ingest_args(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "ingest", help="ingest a directory of .md/.markdown/.txt files (incremental, idempotent)"
+        "ingest",
+        help="ingest a directory of .md/.markdown/.txt, .html/.htm, .pdf, .docx and .pptx files "
+        "(incremental, idempotent)",
     )
     p.add_argument("directory", type=Path)
     p.add_argument(
@@ -133,6 +145,31 @@ def _stats_args(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--session", default=None, help="only the calls of this session key")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--png", type=Path, default=None, help="also draw a chart to this PNG file")
+    return p
+
+
+def _gaps_args(sub: Subparsers) -> argparse.ArgumentParser:
+    p = sub.add_parser("gaps", help="the questions the knowledge base could not answer, and document usage")
+    p.add_argument(
+        "--since",
+        default="7d",
+        metavar="WHEN",
+        help="only calls since WHEN (as for stats: 24h, 7d, an ISO date; 'all' for the whole log; default 7d)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def _console_args(sub: Subparsers) -> argparse.ArgumentParser:
+    p = sub.add_parser("console", help="serve the read-only web console alone (loopback by default)")
+    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 8765)")
+    p.add_argument(
+        "--auth-token",
+        default=None,
+        help=f"require this bearer token; visible in `ps`, prefer --auth-token-file or {AUTH_TOKEN_ENV}",
+    )
+    p.add_argument("--auth-token-file", type=Path, default=None, help="read the bearer token from this file")
     return p
 
 
@@ -225,7 +262,7 @@ Handler = Callable[[argparse.Namespace, Settings, "Path | None", dict[str, Any]]
 def _handler(command: str) -> Handler:
     # Imported here, not at the top: `--help` and a mistyped flag answer without loading the
     # model stack, the SDK or pymilvus.
-    from server.cli import calibrate, commands, eval, serve, stats
+    from server.cli import calibrate, commands, console, eval, gaps, serve, stats
 
     handlers: dict[str, Handler] = {
         "ingest": commands.cmd_ingest,
@@ -234,6 +271,8 @@ def _handler(command: str) -> Handler:
         "calibrate": calibrate.cmd_calibrate,
         "serve": serve.cmd_serve,
         "stats": stats.cmd_stats,
+        "gaps": gaps.cmd_gaps,
+        "console": console.cmd_console,
         "eval": eval.cmd_eval,
     }
     return handlers[command]

@@ -140,6 +140,30 @@ class ChunkingSettings(Section):
     )
 
 
+class ConversionSettings(Section):
+    timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Longest conversion of one HTML, PDF, Word or PowerPoint file; a file that takes "
+        "longer is stopped and reported, and the ingest goes on.",
+    )
+    memory_mb: int = Field(
+        default=1024,
+        ge=128,
+        le=65536,
+        description="Address space of the process that converts files (RLIMIT_AS); a file that needs "
+        "more is reported, and the ingest goes on.",
+    )
+    max_file_mb: float = Field(
+        default=25.0,
+        gt=0,
+        le=4096,
+        description="Largest HTML, PDF, Word or PowerPoint file converted; a larger one is reported "
+        "without being read further.",
+    )
+
+
 def _default_models() -> dict[str, TierModel]:
     # Fitted by `lookup-knowledge-mcp calibrate` on the four evaluation knowledge bases under
     # examples/eval (see README, "Relevance"); bge-m3 keeps a conservative hand-set model.
@@ -364,6 +388,7 @@ class Settings(BaseSettings):
     embedder: Annotated[EmbedderSettings, RESTART] = Field(default_factory=EmbedderSettings)
     reranker: Annotated[RerankerSettings, RESTART] = Field(default_factory=RerankerSettings)
     chunking: Annotated[ChunkingSettings, RESTART] = Field(default_factory=ChunkingSettings)
+    conversion: Annotated[ConversionSettings, RESTART] = Field(default_factory=ConversionSettings)
     relevance: Annotated[RelevanceSettings, HOT] = Field(default_factory=RelevanceSettings)
     # retrieval, memory and log mix rules: each of their fields carries its own.
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)

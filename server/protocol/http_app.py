@@ -9,13 +9,15 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from server.config.settings import Settings
+from server.console.app import Console, ConsoleUnavailable, WithConsole, console_app
 from server.protocol.http_security import (
     BearerAuthMiddleware,
     HostOriginGuard,
     host_policy,
     transport_security,
 )
-from server.protocol.lifespan import AppResources
+from server.protocol.lifespan import AppResources, WarmupError
+from server.stack import Runtime
 
 
 def build_http_app(
@@ -57,8 +59,25 @@ def build_http_app(
             transport_security=security,
             host=http.host,
         )
-    guarded = HostOriginGuard(app, host_policy(http.host, http.allowed_hosts))
+    # The console shares the guards below: the same token and Host/Origin checks as /mcp.
+    routed = WithConsole(app, console_app(served_console(resources)))
+    guarded = HostOriginGuard(routed, host_policy(http.host, http.allowed_hosts))
     principals = http.principals()
     if principals:
         return BearerAuthMiddleware(guarded, principals)
     return guarded
+
+
+def served_console(resources: AppResources) -> Console:
+    """The console over this server's log, live settings and warmed-up retrieval stack."""
+
+    async def runtime() -> Runtime:
+        try:
+            await resources.lookup_service()  # waits for the warm-up
+        except WarmupError as exc:
+            raise ConsoleUnavailable(str(exc)) from exc
+        if resources.runtime is None:
+            raise ConsoleUnavailable("the knowledge base is unavailable")
+        return resources.runtime
+
+    return Console(resources.settings.log_path, lambda: resources.settings, runtime)

@@ -1,0 +1,330 @@
+"""The web console over a 100,000-row invocation log: each page's answer time, and lookups beside it.
+
+A serving process is built as ``serve`` builds it (``build_http_app``: /mcp and /console in one
+app, one event loop) over the sample knowledge base, with a synthetic log of ``rows`` rows shaped
+like real ones (sessions of lookups with the tier mix, reads, refusals, errors, over 14 days).
+Then, over loopback HTTP:
+- every page, warmed once (the gaps report's first build is timed on its own: it embeds the
+  logged questions), then requested ``per_page`` times;
+- the same number of fresh lookups through an MCP client: alone; while another client browses
+  the console (a page a second); and while it requests pages without pause. Those requests carry
+  a different address each time, so the console's 2-second page cache never answers them: every
+  one renders its page.
+
+Run alone: ``python -m bench.console_bench [--rows 100000]``; ``make bench`` runs it from
+bench.run and writes ``bench/results/console.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import socket
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import percentile, summarize
+from storage.schema import migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_KB = ROOT / "examples" / "knowledge"
+PAGES = ("", "/gaps", "/documents", "/sessions", "/map")
+TARGET_MS = 300.0
+DAYS = 14
+CALLS_PER_SESSION = 20
+# Unanswered topics, each asked in three wordings across many sessions.
+_TOPICS = [f"topic {i}" for i in range(150)]
+_WORDINGS = ("how do I {t} in production?", "what is the procedure for {t}?", "steps for {t} please")
+_TIERS = (("PRECISE", 25), ("HIGHLY_RELEVANT", 30), ("REFERENCE", 15), ("DEDUPED", 20), ("NO_MATCH", 10))
+_INSERT = (
+    "INSERT INTO tool_invocation (ts, session_key, session_scope, tool_name, query, domain_filter,"
+    " missing_dimension, relevance_level, dedup_reason, completeness_hint, water_level, next_call,"
+    " call_index, result_doc_keys, retrieval_details, latency_ms, error)"
+    " VALUES (?, ?, 'mcp-session', ?, ?, NULL, NULL, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _details(rng: random.Random, tier: str, docs: list[str], blocked: bool) -> str:
+    """retrieval_details as large as a real lookup's (24 L1 scores, features, passages)."""
+    return json.dumps(
+        {
+            "blocked": blocked,
+            "relevance_level": tier,
+            "embedder": "e5-small",
+            "l1_scores": [round(rng.uniform(0.7, 0.95), 4) for _ in range(24)],
+            "l1_top_similarity": round(rng.uniform(0.8, 0.95), 4),
+            "features": {f"f{i}": round(rng.random(), 4) for i in range(8)},
+            "thresholds": {"on_topic": 0.5, "top_right": 0.5},
+            "content_tokens": 0 if blocked else rng.randint(100, 900),
+            "passages": {doc: ["Section"] for doc in docs},
+        }
+    )
+
+
+def _answered(n: int, doc_keys: list[str]) -> str:
+    """One of 2000 answered questions (real logs repeat questions; each wording is embedded once)."""
+    return f"question {n} about {doc_keys[n % len(doc_keys)]}"
+
+
+def _lookup_row(
+    rng: random.Random, ts: float, session: str, index: int, doc_keys: list[str]
+) -> tuple[Any, ...]:
+    tier = rng.choices([t for t, _ in _TIERS], [w for _, w in _TIERS])[0]
+    blocked = index > 15 and rng.random() < 0.3
+    if blocked:
+        tier = "DEDUPED"
+    query = (
+        rng.choice(_WORDINGS).format(t=rng.choice(_TOPICS))
+        if tier in ("NO_MATCH", "REFERENCE")
+        else _answered(rng.randint(0, 1999), doc_keys)
+    )
+    docs = [] if tier in ("NO_MATCH", "DEDUPED") else rng.sample(doc_keys, rng.randint(1, 3))
+    water = "LOW" if index < 8 else "MEDIUM" if index < 14 else "HIGH"
+    next_call = "STOP" if blocked or index >= 18 else "ALLOW"
+    dedup = "circuit_open" if blocked else ("domain_retrieved" if tier == "DEDUPED" else None)
+    return (
+        ts, session, "lookup_knowledge", query, tier, dedup, water, next_call, index,
+        json.dumps(docs), _details(rng, tier, docs, blocked), round(rng.lognormvariate(3, 0.5), 3), None,
+    )  # fmt: skip
+
+
+def synthetic_log(path: Path, rows: int, doc_keys: list[str], *, seed: int = 7) -> None:
+    """A log of ``rows`` rows over the last 14 days, written directly (the writer is not measured here)."""
+    migrate(path)
+    rng = random.Random(seed)
+    now = time.time()
+    batch: list[tuple[Any, ...]] = []
+    conn = sqlite3.connect(path)
+    try:
+        for n in range(rows // CALLS_PER_SESSION + 1):
+            start = now - DAYS * 86400 * rng.random()
+            session = f"mcp@default:{n:08x}"
+            for index in range(1, CALLS_PER_SESSION + 1):
+                ts = start + index * rng.uniform(2, 30)
+                roll = rng.random()
+                if roll < 0.03:
+                    doc = json.dumps([rng.choice(doc_keys)])
+                    row = (
+                        ts,
+                        session,
+                        "read_knowledge_doc",
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        doc,
+                        None,
+                        4.0,
+                        None,
+                    )
+                elif roll < 0.04:
+                    row = (
+                        ts,
+                        session,
+                        "lookup_knowledge",
+                        "x",
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        "[]",
+                        None,
+                        1.0,
+                        "unknown domain 'x'",
+                    )
+                else:
+                    row = _lookup_row(rng, ts, session, index, doc_keys)
+                batch.append(row)
+        conn.executemany(_INSERT, batch[:rows])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def _timed(client: Any, url: str) -> float:
+    started = time.perf_counter()
+    response = await client.get(url)
+    elapsed = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} answered {response.status_code}")
+    return elapsed
+
+
+async def _first_build(client: Any, url: str) -> float:
+    """How long the window's first gap report takes: its page says "pending" until then."""
+    started = time.perf_counter()
+    while 'id="pending"' in (await client.get(url)).text:
+        await asyncio.sleep(0.25)
+    return (time.perf_counter() - started) * 1000
+
+
+async def _pages(base: str, per_page: int) -> dict[str, Any]:
+    import httpx
+
+    result: dict[str, Any] = {}
+    async with httpx.AsyncClient(timeout=600) as client:
+        result["gaps_first_build_ms"] = round(await _first_build(client, f"{base}/console/gaps?since=all"), 1)
+        first: dict[str, float] = {}
+        for page in PAGES:
+            url = f"{base}/console{page}?since=all"
+            # The first request of a page reads the whole log once (the overview's and sessions'
+            # running totals); later ones read only new rows. Timed apart.
+            first[page or "/"] = round(await _timed(client, url), 1)
+            # A different address each time: the console's page cache (2 s) does not answer.
+            samples = [await _timed(client, f"{url}&sample={i}") for i in range(per_page)]
+            result[page or "/"] = summarize([samples], digits=1)
+    result["first_request_ms"] = first
+    return result
+
+
+async def _lookups(base: str, count: int, label: str) -> list[float]:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    samples = []
+    async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
+        for i in range(count):
+            query = f"how is the database connection pool sized ({label} {i})?"
+            started = time.perf_counter()
+            result = await client.call_tool("lookup_knowledge", {"query": query})
+            samples.append((time.perf_counter() - started) * 1000)
+            if result.is_error:
+                raise RuntimeError(f"lookup failed: {result}")
+    return samples
+
+
+async def _under_load(base: str, count: int, pause_s: float) -> tuple[list[float], int]:
+    """Lookups while a client requests console pages, ``pause_s`` apart (0: without pause)."""
+    import httpx
+
+    stop = asyncio.Event()
+    served = 0
+
+    async def browse() -> None:
+        nonlocal served
+        async with httpx.AsyncClient(timeout=600) as client:
+            while not stop.is_set():
+                for page in PAGES:
+                    # Each request a different address (an unused parameter): the console's page
+                    # cache does not answer it, every page is rendered.
+                    await client.get(f"{base}/console{page}?since=all&request={served}")
+                    served += 1
+                    if pause_s:
+                        await asyncio.sleep(pause_s)
+
+    task = asyncio.create_task(browse())
+    try:
+        samples = await _lookups(base, count, f"loaded {pause_s}")
+    finally:
+        stop.set()
+        await task
+    return samples, served
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "median": round(statistics.median(samples), 1),
+        "p95": round(percentile(samples, 95), 1),
+    }
+
+
+async def _serve_and_measure(settings: Any, embedder: Any, per_page: int, lookups: int) -> dict[str, Any]:
+    import uvicorn
+
+    from server.protocol.app import app_resources, create_server
+    from server.protocol.http_app import build_http_app
+
+    resources = app_resources(settings, embedder=embedder)
+    app = build_http_app(create_server(resources), resources, settings, transport="streamable-http")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve([sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        await _lookups(base, 3, "warm")  # the model and the store are warm before anything is timed
+        pages = await _pages(base, per_page)
+        alone = await _lookups(base, lookups, "alone")
+        browsing, browsed = await _under_load(base, lookups, 1.0)
+        loaded, served = await _under_load(base, lookups, 0.0)
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+    return {
+        "pages_ms": pages,
+        "lookup_alone_ms": _summary(alone),
+        "lookup_while_browsing_ms": _summary(browsing),
+        "console_pages_while_browsing": browsed,
+        "lookup_with_console_load_ms": _summary(loaded),
+        "console_pages_served_during_load": served,
+    }
+
+
+def measure(
+    work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = 30
+) -> dict[str, Any]:
+    """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
+    from server.config.settings import load_settings
+    from server.stack import open_runtime
+
+    data = work / "console-data"
+    shutil.rmtree(data, ignore_errors=True)
+    # Governance off: every timed lookup runs retrieval, alone and under load alike.
+    settings = load_settings(None, data_dir=data, governance={"enabled": False})
+    runtime = open_runtime(settings, embedder=embedder)
+    try:
+        report = runtime.ingestor().run(SAMPLE_KB)
+        doc_keys = sorted(runtime.engine.view().entries)
+    finally:
+        runtime.close()
+    if report.failed:
+        raise RuntimeError(f"the sample knowledge base failed to ingest: {report.failed[:3]}")
+    synthetic_log(settings.log_path, rows, doc_keys)
+    result = asyncio.run(_serve_and_measure(settings, embedder, per_page, lookups))
+    result["rows"] = rows
+    result["target_ms"] = TARGET_MS
+    result["pages_within_target"] = all(
+        summary["p95"] < TARGET_MS
+        for page, summary in result["pages_ms"].items()
+        if isinstance(summary, dict) and "p95" in summary
+    )
+    shutil.rmtree(data, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.console_bench", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--per-page", type=int, default=10)
+    parser.add_argument("--lookups", type=int, default=30)
+    parser.add_argument("--work-dir", type=Path, default=ROOT / ".data" / "bench-console")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "console.json")
+    args = parser.parse_args(argv)
+    from retrieval.embedders import CachedEmbedder, create_embedder
+
+    embedder = CachedEmbedder(create_embedder("e5-small"), size=4096)
+    result = measure(args.work_dir, embedder, rows=args.rows, per_page=args.per_page, lookups=args.lookups)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
