@@ -124,8 +124,7 @@ def _precise_doc(
         and named == keyword_docs
         and by_similarity
         and by_similarity[0].doc_key in keyword_docs
-        and model.on_topic.passes(feats)
-        and model.top_right.passes(feats)
+        and grade(feats, model, precise=False) is Tier.HIGHLY_RELEVANT
     ):
         return next(iter(keyword_docs))
     return None
