@@ -27,6 +27,9 @@ QUESTIONS_FILE = "background_questions.jsonl"
 # alone is noisy (a question may happen to share a word with one generic question).
 NEAREST = 3
 _BATCH = 64
+# Encoded backgrounds by (embedder name, dimension, questions digest), for this process: every
+# server a process opens over another data directory (tests open hundreds) reuses them.
+_ENCODED: dict[tuple[str, int, str], np.ndarray] = {}
 
 
 class QueryEncoder(Protocol):
