@@ -48,13 +48,23 @@ TOP_RIGHT_FEATURES = ("margin", "gap", "similarity", "top_coverage", "agree", "t
 # out on the four evaluation sets, keeping 98% gave 8 of 340 false NO_MATCH (5 of 88 on one set)
 # and 21 of 54 off-topic NO_MATCH; keeping every one gives 1 of 340 and 16 of 54.
 ANSWERABLE_KEPT = 1.0
-# HIGHLY_RELEVANT must be right this often on the training questions, off-topic ones counted
-# as wrong: a little above the 90% wanted held out, since a fit is more right on its own data.
-HIGHLY_RELEVANT_PRECISION = 0.92
-# At most this share of the near-domain training questions (the domain, not its content) may be
-# HIGHLY_RELEVANT, and of the background questions this share; no far off-topic one may.
-NEAR_HIGHLY_RELEVANT = 0.1
-BACKGROUND_HIGHLY_RELEVANT = 0.005
+
+
+@dataclass(frozen=True)
+class ZoneTargets:
+    """What HIGHLY_RELEVANT must meet on the training questions; no far off-topic one may be graded so.
+
+    - ``precision``: right this often, off-topic questions counted as wrong; a little above the
+      90% wanted held out, since a fit is more right on its own data.
+    - ``near``: at most this share of the near-domain questions (the domain, not its content).
+    - ``background``: at most this share of the background questions.
+    """
+
+    precision: float = 0.92
+    near: float = 0.1
+    background: float = 0.005
+
+
 # Candidate thresholds: quantiles of the answerable questions' probabilities, in this many steps.
 _ZONE_STEPS = 61
 # The kind of a background question in the training rows.
@@ -253,7 +263,7 @@ def _count(
         )
 
 
-def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
+def fit(bases: Sequence[KnowledgeBase], targets: ZoneTargets | None = None) -> TierModel:
     """The fusion that ranks best, then both logistic models and their three zones."""
     grid = [(o, w) for o in OFFSETS for w in LEXICAL_WEIGHTS]
     offset, weight = max(grid, key=lambda ow: (_ranking_hits(bases, *ow), -ow[0], -ow[1]))
@@ -272,7 +282,7 @@ def fit(bases: Sequence[KnowledgeBase]) -> TierModel:
     top_model = _fit_or_constant(
         [r.features for r in answerable], [r.right for r in answerable], TOP_RIGHT_FEATURES
     )
-    confident, top_threshold = _zones(on_model, top_model, rows)
+    confident, top_threshold = _zones(on_model, top_model, rows, targets or ZoneTargets())
     model = TierModel(
         on_topic=on_model,
         top_right=top_model.model_copy(update={"threshold": top_threshold}),
@@ -307,13 +317,13 @@ def _rows(bases: Sequence[KnowledgeBase], offset: float, weight: float) -> list[
     return rows
 
 
-def _zones(on_model: Logistic, top_model: Logistic, rows: Sequence[_Row]) -> tuple[float, float]:
+def _zones(
+    on_model: Logistic, top_model: Logistic, rows: Sequence[_Row], targets: ZoneTargets
+) -> tuple[float, float]:
     """The on-topic confidence and top-document threshold that allow the most right HIGHLY_RELEVANT.
 
-    Subject to, on the training questions: HIGHLY_RELEVANT right HIGHLY_RELEVANT_PRECISION of
-    the time (an off-topic question graded so counts as wrong), no far off-topic question graded
-    so, at most NEAR_HIGHLY_RELEVANT of the near-domain ones, and at most BACKGROUND_HIGHLY_RELEVANT
-    of the background. (1.0, 1.0) when nothing meets them: then nothing is HIGHLY_RELEVANT.
+    Subject to the targets on the training questions. (1.0, 1.0) when nothing meets them: then
+    nothing is HIGHLY_RELEVANT.
     """
     p_on = np.array([on_model.probability(r.features) for r in rows])
     p_top = np.array([top_model.probability(r.features) for r in rows])
@@ -333,10 +343,10 @@ def _zones(on_model: Logistic, top_model: Logistic, rows: Sequence[_Row]) -> tup
             bg = int(((p_on >= max(c, on_model.threshold)) & (p_top >= t) & background).sum())
             if (
                 not count
-                or good < HIGHLY_RELEVANT_PRECISION * count
+                or good < targets.precision * count
                 or (graded & far).any()
-                or (graded & near).sum() > NEAR_HIGHLY_RELEVANT * near.sum()
-                or bg > BACKGROUND_HIGHLY_RELEVANT * background.sum()
+                or (graded & near).sum() > targets.near * near.sum()
+                or bg > targets.background * background.sum()
             ):
                 continue
             if best is None or (good, -c, -t) > (best[0], -best[1], -best[2]):
@@ -411,10 +421,10 @@ class HeldOut:
     figures: Figures
 
 
-def leave_one_out(bases: Sequence[KnowledgeBase]) -> list[HeldOut]:
+def leave_one_out(bases: Sequence[KnowledgeBase], targets: ZoneTargets | None = None) -> list[HeldOut]:
     """For each knowledge base: fit on the others, score on it."""
     out = []
     for kb in bases:
-        model = fit([other for other in bases if other is not kb])
+        model = fit([other for other in bases if other is not kb], targets)
         out.append(HeldOut(kb.name, model, evaluate(kb, model)))
     return out
