@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -50,12 +50,18 @@ class Background:
 
     questions: tuple[str, ...]
     vectors: np.ndarray  # (questions, dim), float32, unit rows
+    # The same, one row per dimension: einsum's own loop over it takes about 0.1 ms for 1,600
+    # questions, where BLAS's matrix-vector product took 2-3 ms on a busy machine (its threads).
+    _columns: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_columns", np.ascontiguousarray(self.vectors.T, dtype=np.float32))
 
     def similarity(self, vector: np.ndarray) -> float:
         """Mean cosine of the query's NEAREST background questions."""
         if not len(self.vectors):
             return 0.0
-        scores = self.vectors @ np.asarray(vector, dtype=np.float32)
+        scores = np.einsum("d,dq->q", np.asarray(vector, dtype=np.float32), self._columns)
         k = min(NEAREST, len(scores))
         return float(np.partition(scores, len(scores) - k)[-k:].mean())
 
