@@ -75,7 +75,9 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
     ]
     feats = features(evidence, ranked)
     precise = _precise_doc(evidence, ranked, feats, model)
-    tier = grade(feats, model, precise=precise is not None)
+    # Nothing ranked is NO_MATCH whatever the model says of all-zero features (a zero background
+    # score reads as far from the background, which the on-topic model counts for the question).
+    tier = grade(feats, model, precise=precise is not None) if ranked else Tier.NO_MATCH
     if precise is not None:
         ranked.sort(key=lambda d: d.doc_key != precise)
     codes: dict[str, list[str]] = {}

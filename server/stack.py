@@ -125,8 +125,8 @@ def open_runtime(
 def background_of(settings: Settings, embedder: CachedEmbedder) -> Background:
     """The background questions' vectors: encoded once per embedder, then read from the data directory.
 
-    Encoded here, where the server opens the stack in a background thread (about 4 s for 1,200
-    questions with e5-small, once), so that no lookup ever embeds more than its query.
+    Encoded here, where the server opens the stack in a background thread (once per embedder and
+    data directory), so that no lookup ever embeds more than its query.
     """
     return encode_background(embedder.inner, settings.data_dir / "background")
 
