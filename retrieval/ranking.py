@@ -6,7 +6,7 @@ share of the query's term weight it contains). A linear fusion, rather than reci
 fusion, because rank fusion lets any same-language chunk that shares a common word outrank the
 document that answers a question asked in the other language: held out per knowledge base,
 rank fusion found 7 of 76 cross-language answers first, the linear fusion 30, with the same
-gain on same-language questions (see README, "Relevance").
+gain on same-language questions (see docs/relevance.md).
 
 Two more terms enter the same sum when the evidence has them: ``sparse_weight`` times the
 chunk's BGE-M3 lexical match (bge-m3 only) and ``rerank_weight`` times its reranker score
