@@ -75,7 +75,9 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
     ]
     feats = features(evidence, ranked)
     precise = _precise_doc(evidence, ranked, feats, model)
-    tier = grade(feats, model, precise=precise is not None)
+    # Nothing ranked is NO_MATCH whatever the model says of all-zero features (a zero background
+    # score reads as far from the background, which the on-topic model counts for the question).
+    tier = grade(feats, model, precise=precise is not None) if ranked else Tier.NO_MATCH
     if precise is not None:
         ranked.sort(key=lambda d: d.doc_key != precise)
     codes: dict[str, list[str]] = {}
@@ -124,8 +126,7 @@ def _precise_doc(
         and named == keyword_docs
         and by_similarity
         and by_similarity[0].doc_key in keyword_docs
-        and model.on_topic.passes(feats)
-        and model.top_right.passes(feats)
+        and grade(feats, model, precise=False) is Tier.HIGHLY_RELEVANT
     ):
         return next(iter(keyword_docs))
     return None
@@ -141,6 +142,8 @@ class Plan:
     dedup_reason: DedupReason | None = None
     same_domain: bool = False
     answered: tuple[str, ...] = ()  # held documents a refused repeat shows to be answered
+    # The held document and section that best match a targeted lookup refused as DEDUPED.
+    held_match: tuple[str, str] | None = None
 
     @property
     def deciding_tier(self) -> Tier:
@@ -204,6 +207,12 @@ def plan_answer(
         return _passage(doc, graded, request, held, view, chunks_of, policy, policy.primary_max_chars)
 
     primary = passage_of(top)
+    if request.targeted and primary is not None:
+        match = _held_match(top, held, primary, chunks_of)
+        if match is not None:
+            # The dimension's best match is a passage the session holds: the next passage of the
+            # document is about something else. Name the held one rather than send another.
+            return Plan(Tier.DEDUPED, (), already, "doc_retrieved", held_match=match)
     next_unheld = _first_unheld(candidates[1:], passage_of) if primary is None and request.targeted else None
     if next_unheld is not None:
         # The session holds all of the best match: the missing dimension may be in the next one.
@@ -299,6 +308,29 @@ def _held_answers(doc: RankedDoc, held: Mapping[str, HeldView], passage: Passage
     held_best = max((scores[c] for c in holding.chunks if c in scores), default=None)
     new_best = max((scores.get(c, float("-inf")) for c in passage.chunk_ids), default=float("-inf"))
     return held_best is not None and held_best >= _HELD_SHARE * new_best
+
+
+def _held_match(
+    doc: RankedDoc,
+    held: Mapping[str, HeldView],
+    passage: Passage,
+    chunks_of: Callable[[str], list[ChunkRecord]],
+) -> tuple[str, str] | None:
+    """The held document and section matching a targeted lookup at least as well as ``passage``.
+
+    A new passage is sent only when it matches the missing dimension better than anything held.
+    """
+    holding = held.get(doc.doc_key)
+    if holding is None:
+        return None
+    new_ids = set(passage.chunk_ids)
+    held_scores = [c for c in doc.chunks if c.chunk_id in holding.chunks]
+    new_best = max((c.fused for c in doc.chunks if c.chunk_id in new_ids), default=float("-inf"))
+    best = max(held_scores, key=lambda c: c.fused, default=None)
+    if best is None or best.fused < new_best:
+        return None
+    heading = next((c.heading for c in chunks_of(doc.doc_key) if c.chunk_id == best.chunk_id), "")
+    return doc.doc_key, heading
 
 
 def _passage(
@@ -401,7 +433,7 @@ def render_result(
         dedup_reason=plan.dedup_reason,
         already_in_context=already,
         session_scope=scope,
-        message=_message(plan, documents, already, budget, memory_off=not memory),
+        message=_message(plan, documents, already, budget, view, memory_off=not memory),
         budget=budget,
     )
 
@@ -455,16 +487,28 @@ def _message(
     documents: list[DocumentContent],
     already: list[AlreadyInContext],
     budget: Budget,
+    view: KnowledgeView,
     *,
     memory_off: bool,
 ) -> str:
     parts: list[str] = []
     if documents:
         parts.append(f"{len(documents)} new passage(s), tier {plan.tier.value}.")
+        if plan.tier is Tier.REFERENCE:
+            # REFERENCE covers questions the knowledge base may not answer: say so plainly.
+            parts.append(
+                "These documents are related to the question but may not answer it: check that "
+                "they do before relying on them."
+            )
         if any(d.partial for d in documents):
             parts.append("Partial documents: read knowledge://doc/{doc_key} or read_knowledge_doc for more.")
     elif plan.dedup_reason == "circuit_open":
         parts.append("Retrieval skipped: lookup_knowledge is closed for this session.")
+    elif plan.held_match is not None:
+        doc_key, heading = plan.held_match
+        title = view.entries[doc_key].title if doc_key in view.entries else doc_key
+        where = f"'{title}', section '{heading}'" if heading else f"'{title}'"
+        parts.append(f"You already hold the passage that best matches this dimension: {where} ({doc_key}).")
     elif plan.dedup_reason is not None:
         parts.append("You already hold what matches.")
     else:

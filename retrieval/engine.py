@@ -19,6 +19,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from retrieval.background import Background
 from retrieval.embedders import QueryEncoding
 from retrieval.models import DomainInfo, KnowledgeMap
 from retrieval.reranker import PassageReranker
@@ -72,6 +73,10 @@ class Evidence:
     sparse: tuple[tuple[str, float], ...] = ()
     # chunk_id -> reranker score (0..1) of the best few candidates; empty unless it is enabled.
     rerank: tuple[tuple[str, float], ...] = ()
+    # The query's terms that no visible chunk holds: a name the knowledge base never mentions.
+    unseen: tuple[str, ...] = ()
+    # How close the query sits to questions no team's knowledge base answers (retrieval.background).
+    background: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,10 @@ class KnowledgeEngine:
         evidence_cache_size: int = 1024,
         reranker: PassageReranker | None = None,
         rerank_top_n: int = 8,
+        background: Background | None = None,
     ) -> None:
         self._catalog = catalog
+        self._background = background
         self._store = store
         self._embedder = embedder
         self.reranker = reranker
@@ -189,7 +196,7 @@ class KnowledgeEngine:
         encoding = self._embedder.encode_query(query)
         hits = self._store.search(encoding.vector, limit=DENSE_LIMIT, domain=domain)
         self.searches += 1
-        weights, lexical_hits = _lexical(view, query, domain)
+        weights, unseen, lexical_hits = _lexical(view, query, domain)
         l0 = tuple(view.keywords.match(query, domain))
         dense = tuple(_visible_dense(view, hits, detect_language(query)))
         visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
@@ -206,6 +213,8 @@ class KnowledgeEngine:
             term_weights=tuple(sorted(weights.items())),
             sparse=tuple(sorted(sparse.items())),
             rerank=tuple(sorted(rerank.items())),
+            unseen=unseen,
+            background=self._background.similarity(encoding.vector) if self._background else 0.0,
         )
         with self._lock:
             self._evidence[(view.generation, query, domain)] = evidence
@@ -293,14 +302,15 @@ def _passage_text(entry: CatalogEntry, chunk: ChunkRecord) -> str:
 
 def _lexical(
     view: KnowledgeView, query: str, domain: str | None
-) -> tuple[dict[str, float], list[LexicalHit]]:
-    """The query terms' weights, and the chunks sharing its useful terms by BM25."""
+) -> tuple[dict[str, float], tuple[str, ...], list[LexicalHit]]:
+    """The query terms' weights, those no chunk holds, and the chunks sharing its useful terms by BM25."""
     stats = view.lexical.stats(terms(query))
     weights = stats.weights()
     if not weights:
-        return {}, []
+        return {}, (), []
+    unseen = tuple(t for t, frequency in stats.frequency.items() if not frequency)
     useful = _useful_terms(weights, stats.total)  # the same chunk count the weights were taken over
-    return weights, view.lexical.search(useful, limit=LEXICAL_LIMIT, domain=domain)
+    return weights, unseen, view.lexical.search(useful, limit=LEXICAL_LIMIT, domain=domain)
 
 
 def _useful_terms(weights: dict[str, float], chunk_count: int) -> list[str]:

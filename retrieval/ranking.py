@@ -6,7 +6,7 @@ share of the query's term weight it contains). A linear fusion, rather than reci
 fusion, because rank fusion lets any same-language chunk that shares a common word outrank the
 document that answers a question asked in the other language: held out per knowledge base,
 rank fusion found 7 of 76 cross-language answers first, the linear fusion 30, with the same
-gain on same-language questions (see README, "Relevance").
+gain on same-language questions (see docs/relevance.md).
 
 Two more terms enter the same sum when the evidence has them: ``sparse_weight`` times the
 chunk's BGE-M3 lexical match (bge-m3 only) and ``rerank_weight`` times its reranker score
@@ -22,6 +22,7 @@ threshold (11 rather than 18 of 54 off-topic questions NO_MATCH).
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from retrieval.engine import Evidence
@@ -29,6 +30,9 @@ from storage.text import terms
 
 # An exact (L0) match of a title or keyword adds this much: evidence, not proof.
 L0_BONUS = 0.05
+# A Latin word or identifier of three characters or more: a brand, carrier, product or place
+# shows up in either script as one. CJK bigrams are too often split words to count as names.
+_NAME = re.compile(r"[a-z][a-z0-9_]{2,}")
 
 
 class ChunkScore(NamedTuple):  # one per candidate chunk (a named tuple: see storage.vector_store.ChunkHit)
@@ -149,7 +153,32 @@ def features(evidence: Evidence, ranked: list[RankedDoc]) -> dict[str, float]:
         "l0": float(bool(evidence.l0)),
         "sparse": max((d.sparse for d in ranked), default=0.0),
         "rerank": _top_rerank(ranked),
+        # Terms of the query the knowledge base never names: evidence that it does not answer.
+        "unseen": len(evidence.unseen) / len(evidence.term_weights) if evidence.term_weights else 0.0,
+        "unseen_name": float(any(_NAME.fullmatch(t) for t in evidence.unseen)),
+        "top_unseen": _top_unseen(evidence, ranked),
+        "background": evidence.background,
     }
+
+
+def _top_unseen(evidence: Evidence, ranked: list[RankedDoc]) -> float:
+    """The share of the matched query terms' weight that the top document does not hold.
+
+    Counted over the terms some chunk matched (the lexical search leaves out the commonest): a
+    top document that lacks the rare words the knowledge base does have is a weak answer.
+    """
+    if not ranked or not evidence.lexical:
+        return 0.0
+    top = ranked[0].doc_key
+    matched: set[str] = set()
+    held: set[str] = set()
+    for hit in evidence.lexical:
+        matched |= hit.terms
+        if hit.doc_key == top:
+            held |= hit.terms
+    weights = dict(evidence.term_weights)
+    total = sum(weights.get(t, 0.0) for t in matched)
+    return sum(weights.get(t, 0.0) for t in matched - held) / total if total else 0.0
 
 
 def _top_rerank(ranked: list[RankedDoc]) -> float:

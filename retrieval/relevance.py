@@ -24,6 +24,10 @@ FEATURES = (
     "l0",
     "sparse",
     "rerank",
+    "unseen",
+    "unseen_name",
+    "top_unseen",
+    "background",
 )
 
 
@@ -58,9 +62,11 @@ DEFAULT_SUPPLEMENT_MARGIN = 0.1
 class TierModel(BaseModel):
     """How evidence becomes a tier, for one embedder; fitted by the calibrate command.
 
-    - ``on_topic``: does the knowledge base answer the query at all? Below its threshold the
-      result is NO_MATCH. The threshold is set so that answerable questions almost never fall
-      below it: a false NO_MATCH loses knowledge, a false REFERENCE costs one read.
+    - ``on_topic``: does the knowledge base answer the query at all? Its probability has three
+      zones. Below its threshold the result is NO_MATCH; the threshold is set so that answerable
+      questions almost never fall below it: a false NO_MATCH loses knowledge, a false REFERENCE
+      costs one read. From there up to ``confident`` the question may be one the knowledge base
+      does not answer, so the result is at most REFERENCE. At or above ``confident``:
     - ``top_right``: is the top document the answer? At or above: HIGHLY_RELEVANT, else REFERENCE.
     - ``supplement_margin``: how close another document must score to go with a HIGHLY_RELEVANT one.
     """
@@ -69,6 +75,14 @@ class TierModel(BaseModel):
 
     on_topic: Logistic
     top_right: Logistic
+    confident: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="on_topic probability at or above which a result may be HIGHLY_RELEVANT; between "
+        "on_topic's threshold and this the knowledge base may not answer, and the result is at most "
+        "REFERENCE (0: every on-topic result may be).",
+    )
     cross_language_offset: float = Field(
         default=0.0,
         ge=0.0,
@@ -140,11 +154,15 @@ def grade(features: Mapping[str, float], model: TierModel, *, precise: bool) -> 
     - PRECISE: the query names something that identifies one document (decided by the caller:
       a code only it contains, its exact title, or a keyword no other document contains).
     - NO_MATCH: the on-topic model is confident that nothing answers; no junk is returned.
-    - HIGHLY_RELEVANT: the top-document model is confident the first document answers.
+    - HIGHLY_RELEVANT: the on-topic model is confident the knowledge base answers, and the
+      top-document model that the first document does.
     - REFERENCE: everything else, including whatever the models cannot decide.
     """
     if precise:
         return Tier.PRECISE
-    if not model.on_topic.passes(features):
+    on_topic = model.on_topic.probability(features)
+    if on_topic < model.on_topic.threshold:
         return Tier.NO_MATCH
+    if on_topic < model.confident:
+        return Tier.REFERENCE  # related, but the knowledge base may not answer it
     return Tier.HIGHLY_RELEVANT if model.top_right.passes(features) else Tier.REFERENCE

@@ -392,7 +392,11 @@ def _details(
         l1_top_similarity=round(graded.features["similarity"], 4) if graded else None,
         l1_scores=[round(s, 6) for s in graded.cosines] if graded else [],
         features={k: round(v, 4) for k, v in graded.features.items()} if graded else {},
-        thresholds={"on_topic": model.on_topic.threshold, "top_right": model.top_right.threshold},
+        thresholds={
+            "on_topic": model.on_topic.threshold,
+            "confident": model.confident,
+            "top_right": model.top_right.threshold,
+        },
         retrieved_domains=result.retrieved_domains_this_session,
         same_domain=plan.same_domain,
         content_tokens=tokens,

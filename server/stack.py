@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retrieval.background import Background, encode_background
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
 from retrieval.engine import KnowledgeEngine, KnowledgeView
 from retrieval.ingest import Ingestor
@@ -42,6 +43,7 @@ class Runtime:
     store: MilvusVectorStore
     catalog: Catalog
     engine: KnowledgeEngine
+    background: Background
     # On a Milvus server: the catalog every replica shares, and the generation last pulled from it.
     shared: SharedCatalog | None = None
     shared_generation: int | None = None
@@ -129,8 +131,25 @@ def open_runtime(
     generation = (
         None if shared is None else load_shared_catalog(catalog, shared, store, cached.passages_embedded)
     )
-    engine = KnowledgeEngine(catalog, store, cached, reranker=reranker, rerank_top_n=settings.reranker.top_n)
-    return Runtime(settings, cached, store, catalog, engine, shared, generation)
+    background = background_of(settings, cached)
+    engine = KnowledgeEngine(
+        catalog,
+        store,
+        cached,
+        reranker=reranker,
+        rerank_top_n=settings.reranker.top_n,
+        background=background,
+    )
+    return Runtime(settings, cached, store, catalog, engine, background, shared, generation)
+
+
+def background_of(settings: Settings, embedder: CachedEmbedder) -> Background:
+    """The background questions' vectors: shipped or encoded once per embedder, then read from the data directory.
+
+    Read here, where the server opens the stack in a background thread, so that no lookup ever
+    embeds more than its query.
+    """
+    return encode_background(embedder.inner, settings.data_dir / "background")
 
 
 def open_shared_catalog(settings: Settings, store: MilvusVectorStore) -> SharedCatalog:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from retrieval.calibration import Figures
+from server.cli.calibrate import print_report
 from server.cli.main import main
 from server.config.settings import load_settings
 from tests.conftest import SAMPLE_KB
@@ -156,6 +158,10 @@ def test_calibrate_reports_held_out_figures_and_writes_the_model(
     assert set(report["held_out"]) == {"api-set", "error-set"}
     assert report["held_out_total"]["questions"] == 10
     assert report["held_out"]["error-set"]["codes_precise"] == "1/1"
+    # The HIGHLY_RELEVANT contract, counted per set: the off-topic questions here are all far.
+    total = report["held_out_total"]
+    assert (total["far_no_match"].split("/")[1], total["near_no_match"]) == ("4", "0/0")
+    assert total["far_highly_relevant"].endswith("/4") and total["hr_precision"].count("/") == 1
     text = config.read_text(encoding="utf-8")
     assert text.startswith("# the team's settings\nlog:\n  log_queries: true  # keep the text\nrelevance:\n")
     written = yaml.safe_load(text)
@@ -196,3 +202,21 @@ def test_calibrate_names_a_path_that_is_not_an_evaluation_set_before_ingesting_a
         assert f"{path} is not an evaluation set ({why})" in err
         assert "a directory with kb/ and questions.jsonl" in err
     assert not (data_dir / "calibration" / "fine").exists(), "a set was ingested before the check"
+
+
+def test_the_calibrate_table_prints_the_highly_relevant_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    figures = Figures(highly_relevant=4, highly_relevant_right=3, far=2, far_no_match=2, near=5).as_dict()
+    print_report(
+        {
+            "embedder": "e5-small",
+            "sets": ["a"],
+            "held_out": {"a": figures},
+            "held_out_total": figures,
+            "configured_model": {},
+            "fitted_on_all": {},
+        }
+    )
+    header, row = capsys.readouterr().out.splitlines()[3:5]
+    for column in ("HR precision", "far NO_MATCH", "near NO_MATCH", "far HR", "near HR"):
+        assert column in header
+    assert row.split()[-5:] == ["3/4", "2/2", "0/5", "0/2", "0/5"]

@@ -294,3 +294,25 @@ async def test_every_decision_is_written_to_the_invocation_log(make_server: Any,
     # A new topic after a STOP caused by a repeat is answered.
     assert rows[2][0] == POOL and rows[2][1] in ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE")
     assert rows[2][2:] == ("LOW", rows[2][3], None, 3) and rows[2][3] in ("ALLOW", "TARGETED_ONLY")
+
+
+HANDBOOK = "onboarding/operations-handbook.md"  # 12k characters: a lookup gets one part of it
+
+
+async def test_a_targeted_lookup_whose_dimension_the_session_holds_is_deduped_naming_the_held_section(
+    counted: Any,
+) -> None:
+    server, _, _ = counted()
+    async with Client(server) as client:
+        first = await lookup(client, "How many days do I have to file an expense claim?")
+        targeted = await lookup(
+            client,
+            "How many days do I have to file an expense claim?",
+            missing_dimension="the deadline for filing an expense claim after the purchase",
+        )
+    assert first["primary"]["doc_key"] == HANDBOOK and first["primary"]["partial"]
+    held = next(s for s in first["primary"]["sections"] if "Expense claims" in s)
+    assert targeted["relevance_level"] == "DEDUPED" and not targeted["found"]
+    assert targeted["dedup_reason"] == "doc_retrieved"
+    assert HANDBOOK in doc_keys_held(targeted)
+    assert f"section '{held}'" in targeted["message"] and HANDBOOK in targeted["message"]

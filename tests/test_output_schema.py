@@ -189,4 +189,6 @@ async def test_listed_output_schemas_have_no_references(make_server: Any) -> Non
             )
             assert not result.is_error and result.structured_content is not None
             levels.append(result.structured_content["relevance_level"])
-        assert levels[0] in ("PRECISE", "HIGHLY_RELEVANT") and levels[1] == "DEDUPED"
+        # ORD-10293 is an order id no document names (other ORD- ids are): a found result that
+        # is at most REFERENCE, since an unseen identifier is evidence against HIGHLY_RELEVANT.
+        assert levels[0] in ("PRECISE", "HIGHLY_RELEVANT", "REFERENCE") and levels[1] == "DEDUPED"

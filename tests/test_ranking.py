@@ -84,3 +84,27 @@ def test_the_cross_language_offset_reorders_documents_but_the_tier_features_read
     # Only the gap between the fused scores of the first two documents sees the offset.
     without = features(_two_languages(), rank(_two_languages(), 0.0, 0.5))
     assert {k: v for k, v in without.items() if k != "gap"} == {k: v for k, v in feats.items() if k != "gap"}
+
+
+def test_terms_the_knowledge_base_never_names_are_features() -> None:
+    # "paypal" occurs in no chunk; "timeout" is matched, but not by the top document (two.md).
+    base = _evidence()
+    evidence = Evidence(
+        query="redis failover timeout paypal",
+        l0=base.l0,
+        specific_keyword_docs=(),
+        dense=base.dense,
+        lexical=base.lexical,
+        term_weights=(*WEIGHTS, ("paypal", 3.0)),
+        unseen=("paypal",),
+        background=0.42,
+    )
+    ranked = rank(evidence, 0.0, 0.1)
+    assert ranked[0].doc_key == "two.md"
+    feats = features(evidence, ranked)
+    assert feats["unseen"] == pytest.approx(1 / 4)
+    assert feats["unseen_name"] == 1.0
+    assert feats["top_unseen"] == pytest.approx(1.0 / 4.0)  # timeout's weight of the matched 4
+    assert feats["background"] == 0.42
+    plain = features(base, rank(base, 0.0, 0.1))
+    assert (plain["unseen"], plain["unseen_name"], plain["background"]) == (0.0, 0.0, 0.0)

@@ -55,3 +55,28 @@ def test_every_tier_has_an_english_and_a_chinese_hint() -> None:
 def test_language_follows_the_query_script() -> None:
     assert detect_language("ERR_TIMEOUT 是什么") == "zh"
     assert detect_language("what is ERR_TIMEOUT") == "en"
+
+
+ZONED = MODEL.model_copy(update={"confident": 0.9})  # on topic from 0.2, confident from 0.31
+
+
+@pytest.mark.parametrize(
+    ("similarity", "expected"),
+    [(0.15, Tier.NO_MATCH), (0.25, Tier.REFERENCE), (0.35, Tier.HIGHLY_RELEVANT)],
+)
+def test_on_topic_confidence_has_three_zones(similarity: float, expected: Tier) -> None:
+    # The top document is clearly first (gap 0.2) in every case: only on-topic confidence differs.
+    assert grade({"similarity": similarity, "gap": 0.2}, ZONED, precise=False) is expected
+
+
+def test_an_uncertain_on_topic_question_is_at_most_reference_however_clear_its_top_document() -> None:
+    assert grade({"similarity": 0.25, "gap": 1.0}, ZONED, precise=False) is Tier.REFERENCE
+    assert grade({"similarity": 0.25, "gap": 1.0}, MODEL, precise=False) is Tier.HIGHLY_RELEVANT
+
+
+def test_weighted_rows_count_as_many() -> None:
+    rows = [{"similarity": 0.0}, {"similarity": 1.0}, {"similarity": 0.5}, {"similarity": 0.5}]
+    labels = [False, True, True, False]
+    even = fit_logistic(rows, labels, ["similarity"], ridge=0.01)
+    heavy = fit_logistic(rows, labels, ["similarity"], ridge=0.01, sample_weights=[1, 1, 5, 1])
+    assert heavy.probability({"similarity": 0.5}) > even.probability({"similarity": 0.5}) + 0.2

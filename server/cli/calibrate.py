@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +24,31 @@ from retrieval.calibration import (
     leave_one_out,
     read_queries,
 )
+from retrieval.embedders import CachedEmbedder
 from retrieval.engine import KnowledgeView
 from server.cli.errors import CommandError
 from server.config.settings import Settings
 from server.config.yaml_entry import YamlEntryError, set_entry
-from server.stack import open_runtime
+from server.stack import load_embedder, open_runtime
 
 _COLUMNS = (
     ("codes PRECISE", "codes_precise"),
     ("false PRECISE", "false_precise"),
     ("hit@1", "hit_at_1"),
     ("delivered", "delivered"),
-    ("docs per answer", "documents_per_answer"),
+    ("docs/answer", "documents_per_answer"),
     ("answer in content", "answer_in_content"),
     ("false NO_MATCH", "false_no_match"),
-    ("off-topic NO_MATCH", "offtopic_no_match"),
+    ("HR precision", "hr_precision"),
+    ("far NO_MATCH", "far_no_match"),
+    ("near NO_MATCH", "near_no_match"),
+    ("far HR", "far_highly_relevant"),
+    ("near HR", "near_highly_relevant"),
 )
 
+
+# Queries kept encoded while calibrating: the questions of every set and the background.
+_QUERY_CACHE = 20_000
 
 # An evaluation set's layout: a knowledge base, and the questions asked of it.
 KB_DIR, QUESTIONS_FILE = "kb", "questions.jsonl"
@@ -61,12 +70,14 @@ def check_set(directory: Path) -> None:
     )
 
 
-def load_set(directory: Path, settings: Settings, *, progress: bool = True) -> KnowledgeBase:
-    """Ingest one evaluation set and gather the evidence of each of its questions."""
+def load_set(
+    directory: Path, settings: Settings, *, progress: bool = True, embedder: CachedEmbedder | None = None
+) -> KnowledgeBase:
+    """Ingest one evaluation set and gather the evidence of its questions and of the background's."""
     name = directory.name
     queries = read_queries(directory / QUESTIONS_FILE)
     local = settings.model_copy(update={"data_dir": settings.data_dir / "calibration" / name})
-    runtime = open_runtime(local)
+    runtime = open_runtime(local, embedder=embedder)
     try:
         report = runtime.ingestor().run(directory / KB_DIR)
         if progress:
@@ -78,9 +89,21 @@ def load_set(directory: Path, settings: Settings, *, progress: bool = True) -> K
         view = KnowledgeView.load(runtime.catalog)
         chunks = {key: runtime.catalog.chunks_of(key) for key in view.entries}
         evidence = [runtime.engine.retrieve(q.query, None) for q in queries]
+        # Asked as queries, the background questions would find themselves in the background.
+        background = [
+            replace(runtime.engine.retrieve(question, None), background=float(score))
+            for question, score in zip(
+                runtime.background.questions, runtime.background.left_out(), strict=True
+            )
+        ]
     finally:
         runtime.close()
-    return KnowledgeBase(name, view, chunks, queries, evidence)
+    return KnowledgeBase(name, view, chunks, queries, evidence, background)
+
+
+def shared_embedder(settings: Settings) -> CachedEmbedder:
+    """One embedder for every set, caching every query: the background is asked of each set."""
+    return CachedEmbedder(load_embedder(settings), size=_QUERY_CACHE)
 
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Path | None, *_: Any) -> int:
@@ -89,7 +112,8 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Pat
     try:
         for directory in args.sets:
             check_set(directory)
-        bases = [load_set(directory, settings) for directory in args.sets]
+        embedder = shared_embedder(settings)
+        bases = [load_set(directory, settings, embedder=embedder) for directory in args.sets]
         held_out = leave_one_out(bases) if len(bases) > 1 else []
         # fit() chooses the offset, the lexical weight and the logistic models; the weights of
         # the BGE-M3 lexical match and the reranker are not fitted, so the configured ones stay.
@@ -144,10 +168,10 @@ def print_report(report: dict[str, Any]) -> None:
         if not rows:
             continue
         print(f"\n{title}")
-        header = f"{'set':<18}" + "".join(f"{label:>20}" for label, _ in _COLUMNS)
+        header = f"{'set':<18}" + "".join(f"{label:>18}" for label, _ in _COLUMNS)
         print(header)
         for name, figures in [*rows.items(), *([("total", total)] if total else [])]:
-            print(f"{name:<18}" + "".join(f"{figures[key]!s:>20}" for _, key in _COLUMNS))
+            print(f"{name:<18}" + "".join(f"{figures[key]!s:>18}" for _, key in _COLUMNS))
     print("\nfitted on all sets:", json.dumps(report["fitted_on_all"]))
 
 

@@ -165,29 +165,39 @@ class ConversionSettings(Section):
 
 
 def _default_models() -> dict[str, TierModel]:
-    # Fitted by `lookup-knowledge-mcp calibrate` on the four evaluation knowledge bases under
-    # examples/eval (see README, "Relevance"); bge-m3 keeps a conservative hand-set model.
+    # Fitted by `lookup-knowledge-mcp calibrate` on the seven evaluation knowledge bases under
+    # examples/eval (see docs/relevance.md); bge-m3 keeps a conservative hand-set model.
     return {
         "e5-small": TierModel(
             on_topic=Logistic(
-                weights={"similarity": 5.0242, "support": 14.6056, "agree": 0.5594, "margin": 2.8982},
-                bias=-0.6079,
-                threshold=0.5823,
+                weights={
+                    "similarity": 18.0393,
+                    "support": -1.8629,
+                    "agree": 0.7159,
+                    "margin": -5.1095,
+                    "unseen": -3.8501,
+                    "unseen_name": -1.3844,
+                    "background": -27.8733,
+                },
+                bias=6.167,
+                threshold=0.0022,
             ),
             top_right=Logistic(
                 weights={
-                    "margin": -2.059,
-                    "gap": 14.4523,
-                    "similarity": -0.5879,
-                    "top_coverage": 3.6755,
-                    "agree": 0.3171,
+                    "margin": -7.2082,
+                    "gap": 14.9476,
+                    "similarity": 0.7666,
+                    "top_coverage": 1.0827,
+                    "agree": -0.0164,
+                    "top_unseen": -0.9007,
                 },
-                bias=-0.5625,
-                threshold=0.5068,
+                bias=0.3729,
+                threshold=0.9632,
             ),
+            confident=0.0023,
             cross_language_offset=0.06,
             lexical_weight=0.3,
-            supplement_margin=0.2008,
+            supplement_margin=0.2443,
         ),
         "bge-m3": TierModel(
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),
