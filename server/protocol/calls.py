@@ -73,7 +73,7 @@ class CallRecorder:
             principal=principal_of(request),
             peer=peer_host(request),
             allow_remote_keys=self.resources.settings.http.allow_remote_session_keys,
-            trust_mcp_session_id=self.resources.trust_mcp_session_id,
+            transport_session=self.resources.transport_session,
         )
 
     @asynccontextmanager

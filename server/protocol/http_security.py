@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -142,7 +144,10 @@ class BearerAuthMiddleware:
 
     ``principals`` maps the hex SHA-256 of each token to the principal's name, so the
     configuration holds no token in clear. The principal is put in the request state, where
-    the session resolution reads it to keep explicit session keys apart per principal.
+    the session resolution reads it to keep explicit session keys apart per principal, and in
+    ``scope["user"]``, where the SDK's transports read who opened a session: streamable HTTP
+    and SSE then answer another principal's use of its id (POST, GET, DELETE, or a message to
+    ``/messages/?session_id=``) with 404, as if the session did not exist.
     """
 
     def __init__(self, app: ASGIApp, principals: Mapping[str, str]) -> None:
@@ -180,7 +185,16 @@ class BearerAuthMiddleware:
             return
         state: dict[str, Any] = scope.setdefault("state", {})
         state[PRINCIPAL_STATE_KEY] = principal
+        scope["user"] = principal_user(principal)
         await self.app(scope, receive, send)
+
+
+def principal_user(principal: str) -> AuthenticatedUser:
+    """The SDK's authenticated user for a principal: session ownership compares its client_id.
+
+    The token itself is not kept: only the principal's name identifies it.
+    """
+    return AuthenticatedUser(AccessToken(token=f"principal:{principal}", client_id=principal, scopes=[]))
 
 
 def principal_of(request: Any) -> str | None:

@@ -23,6 +23,7 @@ from server.config.data_dir import empty_knowledge_base_message, prepare_data_di
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
 from server.heap import ServingHeap
+from server.protocol.session import TransportSession
 from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
 from storage.vector_store import MilvusVectorStore
@@ -49,8 +50,9 @@ class AppResources:
         settings = holder.current()
         self.holder = holder
         self.stdio_key = stdio_key
-        # False under stateless streamable HTTP, where no transport issued the mcp-session-id.
-        self.trust_mcp_session_id = True
+        # The session id the HTTP transport issues and checks (server.protocol.session); set by
+        # build_http_app. "none" under stateless streamable HTTP, which issues none.
+        self.transport_session: TransportSession = "mcp-session-id"
         self.memory = action_memory(settings, on_change=self._persist_memory, clock=clock)
         self._embedder = embedder
         self._store = store
