@@ -50,11 +50,28 @@ def _read_only(tmp_path: Path) -> Path:
     return target
 
 
+def _log_is_a_directory(tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    (target / "log.sqlite").mkdir(parents=True)
+    return target
+
+
+def _log_is_not_a_database(tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    target.mkdir()
+    (target / "log.sqlite").write_bytes(b"this is not an SQLite database\n" * 64)
+    return target
+
+
 UNUSABLE: dict[str, tuple[Callable[[Path], Path], str]] = {
     "a file": (_file, "exists and is not a directory"),
     "under a file": (_under_a_file, "cannot create it: Not a directory"),
     "uncreatable subdirectory": (_catalog_is_a_file, "exists and is not a directory"),
     "read-only": (_read_only, "cannot write in it: Permission denied"),
+    # Issue 34, weak 4: these were a 76-line traceback (stdio, exit 1) or "Application startup
+    # failed" (HTTP, exit 3).
+    "log.sqlite is a directory": (_log_is_a_directory, "'log.sqlite' is a directory, not a file"),
+    "log.sqlite is not a database": (_log_is_not_a_database, "'log.sqlite' is not a usable SQLite database"),
 }
 
 

@@ -9,8 +9,12 @@ instead of a traceback from whichever component first touched it.
 from __future__ import annotations
 
 import os
+import sqlite3
+import stat
 import tempfile
 from pathlib import Path
+
+from storage.schema import SchemaVersionError, migrate
 
 # Subdirectories the server creates on its own.
 SUBDIRECTORIES = ("catalog",)
@@ -52,6 +56,35 @@ def prepare_data_dir(data_dir: Path) -> None:
     _ensure_dir(data_dir)
     for name in SUBDIRECTORIES:
         _ensure_dir(data_dir / name)
+
+
+def check_invocation_log(path: Path) -> None:
+    """Prove the invocation log can be opened: a regular file (or none yet) holding an SQLite database.
+
+    Opening it is the first thing the server does after ``initialize``; a directory or a file
+    that is not a database would otherwise fail there, as a traceback on stdio and as
+    "Application startup failed" over HTTP. The pending migrations are applied here.
+    """
+    where = f"data directory {str(path.parent)!r} is unusable: its invocation log {path.name!r}"
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise DataDirError(f"{where} cannot be read: {exc.strerror or exc}") from exc
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = (
+            "a directory" if stat.S_ISDIR(mode) else "a symlink" if stat.S_ISLNK(mode) else "a special file"
+        )
+        raise DataDirError(f"{where} is {kind}, not a file; move it away and start again")
+    try:
+        migrate(path)
+    except sqlite3.DatabaseError as exc:
+        raise DataDirError(
+            f"{where} is not a usable SQLite database ({exc}); move it away and start again"
+        ) from exc
+    except (SchemaVersionError, OSError) as exc:
+        raise DataDirError(f"{where} cannot be opened: {exc}") from exc
 
 
 def empty_knowledge_base_message(data_dir: Path) -> str:
