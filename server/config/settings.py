@@ -211,6 +211,13 @@ class RetrievalSettings(Section):
         le=1_000_000,
         description="Cap on one read of a whole document (read_knowledge_doc, knowledge://doc/...).",
     )
+    max_lookups_in_flight: Annotated[int, HOT] = Field(
+        default=32,
+        ge=1,
+        le=10_000,
+        description="Lookups one server process runs at once; past it a lookup is refused at once with a "
+        "retryable 'server busy' tool error, so no queue grows and no admitted call waits behind more.",
+    )
 
 
 class MemorySettings(Section):

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+from contextlib import AbstractContextManager
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -22,6 +23,7 @@ from retrieval.requests import LookupRequest
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompts
+from server.protocol.admission import InFlight
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
@@ -40,6 +42,11 @@ class KnowledgeCalls:
     def __init__(self, resources: AppResources, recorder: CallRecorder) -> None:
         self.resources = resources
         self.recorder = recorder
+        self.in_flight = InFlight()
+
+    def _admit(self) -> AbstractContextManager[None]:
+        """One more lookup in flight, or a retryable busy error (retrieval.max_lookups_in_flight, hot)."""
+        return self.in_flight.admit(self.resources.settings.retrieval.max_lookups_in_flight)
 
     async def lookup(self, rc: Request, request: LookupRequest) -> CallToolResult:
         arguments = {
@@ -48,15 +55,16 @@ class KnowledgeCalls:
             "missing_dimension": request.missing_dimension,
         }
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
-            service = await self.resources.lookup_service()
-            try:
-                view = await lookup_view(service, self.resources.settings.data_dir)
-            except EmptyKnowledgeBaseError as exc:
-                raise ToolError(str(exc)) from exc
-            self.resources.heap.settle(view.generation)
-            call.outcome = await service.lookup(
-                request, session_key=call.identity.key, scope=call.identity.scope, view=view
-            )
+            with self._admit():
+                service = await self.resources.lookup_service()
+                try:
+                    view = await lookup_view(service, self.resources.settings.data_dir)
+                except EmptyKnowledgeBaseError as exc:
+                    raise ToolError(str(exc)) from exc
+                self.resources.heap.settle(view.generation)
+                call.outcome = await service.lookup(
+                    request, session_key=call.identity.key, scope=call.identity.scope, view=view
+                )
         result = call.outcome.result
         return CallToolResult(
             content=[TextContent(type="text", text=render_lookup(result))],
@@ -65,15 +73,17 @@ class KnowledgeCalls:
 
     async def read(self, rc: Request, via: str, doc_key: str, section: str | None) -> ReadResult:
         """A whole document or one section, for the read tool (``via`` its name) or the doc resource."""
-        async with self.recorder.call(rc, via, {"query": doc_key, "missing_dimension": section}) as call:
-            service = await self.resources.lookup_service()
-            call.read = await service.read(
-                doc_key,
-                section,
-                session_key=call.identity.key,
-                scope=call.identity.scope,
-                limit=self.resources.settings.retrieval.read_max_chars,
-            )
+        logged = {"query": doc_key, "missing_dimension": section}
+        async with self.recorder.call(rc, via, logged) as call:
+            with self._admit():
+                service = await self.resources.lookup_service()
+                call.read = await service.read(
+                    doc_key,
+                    section,
+                    session_key=call.identity.key,
+                    scope=call.identity.scope,
+                    limit=self.resources.settings.retrieval.read_max_chars,
+                )
         return call.read.result
 
     async def read_resource(self, rc: Request, doc_key: str, section: str | None) -> str:
