@@ -242,6 +242,22 @@ class LogSettings(Section):
     log_queries: Annotated[bool, HOT] = Field(
         default=True, description="Store query text; false stores a hash instead."
     )
+    retention_days: Annotated[float | None, HOT] = Field(
+        default=90.0,
+        gt=0,
+        description="Rows older than this are deleted in the background; null keeps every age.",
+    )
+    max_rows: Annotated[int | None, HOT] = Field(
+        default=1_000_000,
+        ge=1,
+        description="Only the newest rows are kept, this many at most (about 1.4-2.1 GB per million); null: any number.",
+    )
+    maintenance_interval_s: Annotated[float, HOT] = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="How often the background pass applies retention and checkpoints a WAL that has commits.",
+    )
 
 
 class HttpClient(Section):

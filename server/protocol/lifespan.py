@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from server.heap import ServingHeap
 from server.protocol.session import TransportSession
 from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
+from storage.log_retention import Retention
 from storage.vector_store import MilvusVectorStore
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class AppResources:
         self._lock = asyncio.Lock()
         self._warmup: asyncio.Task[Runtime] | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
         self.runtime: Runtime | None = None
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
@@ -93,6 +96,7 @@ class AppResources:
                 )
                 if settings.memory.persist:
                     await self._restore_memory()
+                self._maintenance = asyncio.create_task(self._maintain_log(self.log))
 
     def _open_runtime(self, settings: Settings) -> Runtime:
         try:
@@ -111,11 +115,12 @@ class AppResources:
             self._refs -= 1
             if self._refs > 0:
                 return
-            if self._watch is not None:
-                self._watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._watch
-                self._watch = None
+            for task in (self._watch, self._maintenance):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._watch = self._maintenance = None
             if self._warmup is not None:
                 try:
                     runtime = await self._warmup
@@ -161,6 +166,25 @@ class AppResources:
         )
         logger.info("watching %s", root)
         await watcher.run()
+
+    async def _maintain_log(self, log: InvocationLog) -> None:
+        """In the background: apply the log's retention, and checkpoint a WAL that had commits."""
+        while True:
+            await asyncio.sleep(self.settings.log.maintenance_interval_s)
+            settings = self.settings
+            retention = Retention(
+                settings.log.retention_days,
+                settings.log.max_rows,
+                settings.memory.ttl_seconds if settings.memory.persist else None,
+            )
+            try:
+                pruned = await log.prune(retention)
+            except (sqlite3.Error, OSError) as exc:
+                logger.warning("invocation log retention skipped: %s", exc)
+            else:
+                if pruned.rows or pruned.gaps:
+                    logger.info("invocation log: %d old rows and %d gaps deleted", pruned.rows, pruned.gaps)
+            log.checkpoint_soon(due_only=True)
 
     def _policy(self) -> Policy:
         settings = self.settings
