@@ -87,8 +87,18 @@ def check_invocation_log(path: Path) -> None:
         raise DataDirError(f"{where} cannot be opened: {exc}") from exc
 
 
-def empty_knowledge_base_message(data_dir: Path) -> str:
-    """What a lookup on an empty knowledge base says: where the data is, and how to fill it."""
+def empty_knowledge_base_message(data_dir: Path | None) -> str:
+    """What a lookup on an empty knowledge base says: where the data is, and how to fill it.
+
+    ``None`` for MCP clients, which learn nothing about the server's filesystem: the path is
+    in the server's start-up warning, and in the CLI's own messages.
+    """
+    if data_dir is None:
+        return (
+            "the knowledge base is empty: no document has been ingested into the server's data "
+            "directory (its path is in the server's start-up log). Run `lookup-knowledge-mcp ingest "
+            "<dir> --data-dir <that directory>` and call again; until then no lookup can find anything."
+        )
     return (
         f"the knowledge base is empty: no document has been ingested into the data directory "
         f"{str(data_dir)!r}. Run `lookup-knowledge-mcp ingest <dir> --data-dir {data_dir}` "

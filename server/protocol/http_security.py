@@ -206,7 +206,21 @@ def principal_of(request: Any) -> str | None:
     return state.get(PRINCIPAL_STATE_KEY) if isinstance(state, Mapping) else None
 
 
+# Headers a reverse proxy adds. Behind a proxy on this host every TCP peer is loopback.
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+PROXIED_PEER = "a client behind a proxy"
+
+
 def peer_host(request: Any) -> str | None:
-    """The TCP peer address of an HTTP request."""
+    """The TCP peer address of an HTTP request; PROXIED_PEER when a proxy header is present.
+
+    Behind a reverse proxy on the same host every request arrives from loopback, so loopback
+    would vouch for any client. A request that names a proxy header (Forwarded,
+    X-Forwarded-For, X-Real-IP) is counted as remote; the header's value itself is not trusted
+    (any client can send it), so it only ever takes trust away.
+    """
+    headers = getattr(request, "headers", None)
+    if headers is not None and any(name in headers for name in _PROXY_HEADERS):
+        return PROXIED_PEER
     client = getattr(request, "client", None)
     return getattr(client, "host", None)

@@ -15,11 +15,12 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import CallToolResult, TextContent
 
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
+from retrieval.service import UnknownDocumentError
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompts
@@ -58,7 +59,8 @@ class KnowledgeCalls:
             with self._admit():
                 service = await self.resources.lookup_service()
                 try:
-                    view = await lookup_view(service, self.resources.settings.data_dir)
+                    # No path to clients (data_dir None): the start-up warning names it.
+                    view = await lookup_view(service, None)
                 except EmptyKnowledgeBaseError as exc:
                     raise ToolError(str(exc)) from exc
                 self.resources.heap.settle(view.generation)
@@ -90,6 +92,9 @@ class KnowledgeCalls:
         try:
             result = await self.read(rc, "knowledge://doc", doc_key, section or None)
         except ToolError as exc:
+            # An unknown document is the client's mistake (-32602, naming it), not -32603.
+            if isinstance(exc.__cause__, UnknownDocumentError):
+                raise ResourceNotFoundError(str(exc)) from exc
             raise ResourceError(str(exc)) from exc
         return result.model_dump_json(indent=2)
 
@@ -107,9 +112,7 @@ class KnowledgeCalls:
     async def list_domains(self, rc: Request) -> KnowledgeMap:
         async with self.recorder.call(rc, "list_knowledge_domains", {}):
             service = await self.resources.lookup_service()
-            return described_map(
-                service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
-            )
+            return described_map(service.engine.knowledge_map(await service.view()), None)
 
     async def knowledge_map(self) -> KnowledgeMap:
         """The map for resources and prompts, where a warm-up failure is a resource error."""
@@ -117,9 +120,7 @@ class KnowledgeCalls:
             service = await self.resources.lookup_service()
         except WarmupError as exc:
             raise ResourceError(str(exc)) from exc
-        return described_map(
-            service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
-        )
+        return described_map(service.engine.knowledge_map(await service.view()), None)
 
     async def domain(self, domain: str) -> DomainInfo:
         knowledge_map = await self.knowledge_map()
