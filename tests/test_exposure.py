@@ -14,11 +14,11 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
-from server.protocol.http_security import PROXIED_PEER
 from server.protocol.session import SessionKeyError, resolve_session
 from tests.wire import RawSession, StdioPeer, private_data_dir, served_http, server_env
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"
+PROXIED_PEER = "a client behind a proxy"  # server.protocol.http_security.PROXIED_PEER
 
 
 @pytest.mark.slow
