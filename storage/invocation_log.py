@@ -414,13 +414,27 @@ class InvocationLog:
             logger.warning("invocation log checkpoint skipped: %s", exc)
 
     async def prune(self, retention: Retention) -> Pruned:
-        """Apply ``retention`` as of the log's clock, on the log's thread, in order with the rows."""
+        """Apply ``retention`` as of the log's clock, on the log's thread, one batch at a time.
 
-        def work() -> Pruned:
-            return log_retention.prune(self._connection(), retention, self._clock())
+        The lock is taken per batch, so the rows of calls made meanwhile are written between them.
+        """
+        now = self._clock()
 
-        async with self._lock:
-            return await self._on_worker(work)
+        def step() -> Pruned:
+            conn = self._connection()
+            try:
+                return log_retention.prune_step(conn, retention, now)
+            except _WRITE_ERRORS:
+                conn.rollback()
+                raise
+
+        total = Pruned(0, 0, 0)
+        while True:
+            async with self._lock:
+                done = await self._on_worker(step)
+            total = Pruned(total.rows + done.rows, total.gaps + done.gaps, total.memories + done.memories)
+            if done.rows < log_retention.BATCH:
+                return total
 
     # -- action memory ---------------------------------------------------------------------
     def queue_memory(self, session_key: str, state: str | None) -> None:

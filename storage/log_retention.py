@@ -1,10 +1,10 @@
 """Keeping the invocation log bounded: retention of old rows and a WAL that is checkpointed.
 
 A lookup row is about 2.1 KB (most of it ``retrieval_details``) plus its index entries, so a log
-that keeps everything grows without end. ``prune`` deletes, in batches so that no transaction
-holds the write lock for long, the rows older than the retention period and those beyond the
+that keeps everything grows without end. ``prune_step`` deletes, in batches so that no
+transaction holds the write lock for long, the rows older than the retention period and those beyond the
 newest ``max_rows``, and the gaps older than the period. The session memory has its own TTL
-and is pruned with it.
+and is pruned with it. Each step is one transaction; the log writes new rows between steps.
 
 The WAL grows by about 18 KB per commit (the row's pages and its two indexes) until a
 checkpoint copies it into the database and empties it; ``journal_size_limit`` bounds what a
@@ -26,7 +26,7 @@ CHECKPOINT_INTERVAL_S = 30.0
 # What the WAL file is truncated to once a checkpoint has reset it (SQLite's journal_size_limit).
 JOURNAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024
 # Rows deleted per transaction: a few milliseconds of write lock each.
-_BATCH = 2000
+BATCH = 2000
 
 
 @dataclass(frozen=True)
@@ -53,37 +53,34 @@ def wal_bytes(path: Path) -> int:
         return 0
 
 
-def _delete_in_batches(conn: sqlite3.Connection, where: str, parameters: tuple[float | int, ...]) -> int:
-    deleted = 0
-    while True:
-        cursor = conn.execute(
-            f"DELETE FROM tool_invocation WHERE id IN (SELECT id FROM tool_invocation WHERE {where} LIMIT ?)",
-            (*parameters, _BATCH),
-        )
-        conn.commit()
-        deleted += cursor.rowcount
-        if cursor.rowcount < _BATCH:
-            return deleted
+def _delete_batch(conn: sqlite3.Connection, where: str, parameters: tuple[float | int, ...]) -> int:
+    cursor = conn.execute(
+        f"DELETE FROM tool_invocation WHERE id IN (SELECT id FROM tool_invocation WHERE {where} LIMIT ?)",
+        (*parameters, BATCH),
+    )
+    return cursor.rowcount
 
 
-def prune(conn: sqlite3.Connection, retention: Retention, now: float) -> Pruned:
-    """Delete what ``retention`` does not keep, as of ``now`` (unix seconds); commits as it goes."""
+def prune_step(conn: sqlite3.Connection, retention: Retention, now: float) -> Pruned:
+    """One transaction of pruning as of ``now`` (unix seconds): at most BATCH rows; call until it deletes none.
+
+    One batch per call, so the caller can let the rows of new calls in between.
+    """
     rows = gaps = memories = 0
     if retention.days is not None:
         cutoff = now - retention.days * 86400
-        rows += _delete_in_batches(conn, "ts < ?", (cutoff,))
+        rows = _delete_batch(conn, "ts < ?", (cutoff,))
         gaps = conn.execute("DELETE FROM log_gap WHERE last_ts < ?", (cutoff,)).rowcount
-        conn.commit()
-    if retention.max_rows is not None:
+    if retention.max_rows is not None and rows < BATCH:
         newest_dropped = conn.execute(
             "SELECT id FROM tool_invocation ORDER BY id DESC LIMIT 1 OFFSET ?", (retention.max_rows,)
         ).fetchone()
         if newest_dropped is not None:
-            rows += _delete_in_batches(conn, "id <= ?", (newest_dropped[0],))
+            rows += _delete_batch(conn, "id <= ?", (newest_dropped[0],))
     if retention.memory_ttl_s is not None:
         cutoff = now - retention.memory_ttl_s
         memories = conn.execute("DELETE FROM session_memory WHERE last_seen < ?", (cutoff,)).rowcount
-        conn.commit()
+    conn.commit()
     return Pruned(rows, gaps, memories)
 
 
