@@ -212,7 +212,7 @@ class RetrievalSettings(Section):
         description="Cap on one read of a whole document (read_knowledge_doc, knowledge://doc/...).",
     )
     max_lookups_in_flight: Annotated[int, HOT] = Field(
-        default=32,
+        default=64,
         ge=1,
         le=10_000,
         description="Lookups one server process runs at once; past it a lookup is refused at once with a "
