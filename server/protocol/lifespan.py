@@ -28,6 +28,7 @@ from server.protocol.session import TransportSession
 from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
 from storage.log_retention import Retention
+from storage.schema import SchemaVersionError
 from storage.vector_store import MilvusVectorStore
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,8 @@ class AppResources:
             )
             try:
                 pruned = await log.prune(retention)
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, ValueError, SchemaVersionError) as exc:
+                # The rows' own writes report and count the failure; the next pass tries again.
                 logger.warning("invocation log retention skipped: %s", exc)
             else:
                 if pruned.rows or pruned.gaps:
