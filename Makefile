@@ -63,6 +63,8 @@ lint: install-dev
 bench: install-dev
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.server_bench
+	# Capacity over HTTP and a 30-minute soak; LOOKUP_BENCH_SOAK_S=0 skips the soak.
+	$(BIN)/python -m bench.capacity
 
 # A Milvus 2.3.5 standalone server for trying milvus.uri by hand: prints the URI to use.
 MILVUS_DATA ?= .cache/milvus-server

@@ -245,7 +245,7 @@ def lookup_service(
     )
 
 
-def described_map(knowledge_map: KnowledgeMap, data_dir: Path) -> KnowledgeMap:
+def described_map(knowledge_map: KnowledgeMap, data_dir: Path | None) -> KnowledgeMap:
     """The map, saying so and how to fill it when the knowledge base is empty (MCP and CLI alike)."""
     if knowledge_map.document_count:
         return knowledge_map
@@ -257,7 +257,7 @@ class EmptyKnowledgeBaseError(RuntimeError):
     """A lookup on a knowledge base nothing was ingested into; the message names the fix."""
 
 
-async def lookup_view(service: LookupService, data_dir: Path) -> KnowledgeView:
+async def lookup_view(service: LookupService, data_dir: Path | None) -> KnowledgeView:
     """The view a lookup runs on, or EmptyKnowledgeBaseError (MCP and CLI alike).
 
     Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge base, or read

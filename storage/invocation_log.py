@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from storage import log_retention
+from storage.log_retention import Pruned, Retention
 from storage.schema import SchemaVersionError, migrate
 
 logger = logging.getLogger(__name__)
@@ -44,9 +46,6 @@ T = TypeVar("T")
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
 # Errors that mean "this row could not be written"; anything else is a bug and propagates.
 _WRITE_ERRORS = (sqlite3.Error, OSError, ValueError, SchemaVersionError)
-# Write-ahead log pages after which a background checkpoint runs (SQLite's own default is
-# 1000, but it would run inside whichever commit crosses it: on the lookup path).
-_CHECKPOINT_EVERY_COMMITS = 500
 
 _INSERT = """
 INSERT INTO tool_invocation (
@@ -103,15 +102,6 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return stat.st_dev, stat.st_ino
-
-
-def _checkpoint(path: Path) -> None:
-    # PASSIVE never blocks the writer; it copies what it can and leaves the rest for next time.
-    conn = sqlite3.connect(path, timeout=1.0)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    finally:
-        conn.close()
 
 
 # Queued action memory: session key -> (state, or None to forget it; when it was queued).
@@ -173,7 +163,9 @@ class InvocationLog:
         self._lock = asyncio.Lock()
         self._pending_memory: _Memory = {}
         self._gap: _Gap | None = None
+        # Commits since the last checkpoint, and when it ran (time.monotonic).
         self._commits = 0
+        self._checkpointed_at = time.monotonic()
         self._checkpointing: asyncio.Task[None] | None = None
 
     @classmethod
@@ -243,6 +235,7 @@ class InvocationLog:
         try:
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA wal_autocheckpoint=0")
+            conn.execute(f"PRAGMA journal_size_limit={log_retention.JOURNAL_SIZE_LIMIT_BYTES}")
         except BaseException:
             conn.close()
             raise
@@ -394,19 +387,54 @@ class InvocationLog:
             logger.error("invocation log still not writable (%d failures so far): %s", self.failures, exc)
 
     def _after_commit(self) -> None:
+        # SQLite's own autocheckpoint (1000 pages) would run inside whichever commit crosses it,
+        # on the lookup path; and counting commits per process let a WAL shared by several
+        # processes reach 21.5 MB. The WAL's own size is what every process sees.
         self._commits += 1
-        if self._commits % _CHECKPOINT_EVERY_COMMITS == 0 and (
-            self._checkpointing is None or self._checkpointing.done()
+        if log_retention.wal_bytes(self.path) >= log_retention.CHECKPOINT_WAL_BYTES:
+            self.checkpoint_soon()
+
+    def checkpoint_soon(self, *, due_only: bool = False) -> None:
+        """Start a background checkpoint unless one is running; ``due_only``: only if the interval passed."""
+        if self._checkpointing is not None and not self._checkpointing.done():
+            return
+        if due_only and not (
+            self._commits and time.monotonic() - self._checkpointed_at >= log_retention.CHECKPOINT_INTERVAL_S
         ):
-            self._checkpointing = asyncio.create_task(self._checkpoint())
+            return
+        self._commits, self._checkpointed_at = 0, time.monotonic()
+        self._checkpointing = asyncio.create_task(self._checkpoint())
 
     async def _checkpoint(self) -> None:
         # On its own connection and a thread of the default executor, not the log's thread:
         # the next row must not queue behind a checkpoint.
         try:
-            await asyncio.to_thread(_checkpoint, self.path)
+            await asyncio.to_thread(log_retention.checkpoint, self.path)
         except sqlite3.Error as exc:
             logger.warning("invocation log checkpoint skipped: %s", exc)
+
+    async def prune(self, retention: Retention) -> Pruned:
+        """Apply ``retention`` as of the log's clock, on the log's thread, one batch at a time.
+
+        The lock is taken per batch, so the rows of calls made meanwhile are written between them.
+        """
+        now = self._clock()
+
+        def step() -> Pruned:
+            conn = self._connection()
+            try:
+                return log_retention.prune_step(conn, retention, now)
+            except _WRITE_ERRORS:
+                conn.rollback()
+                raise
+
+        total = Pruned(0, 0, 0)
+        while True:
+            async with self._lock:
+                done = await self._on_worker(step)
+            total = Pruned(total.rows + done.rows, total.gaps + done.gaps, total.memories + done.memories)
+            if done.rows < log_retention.BATCH:
+                return total
 
     # -- action memory ---------------------------------------------------------------------
     def queue_memory(self, session_key: str, state: str | None) -> None:

@@ -21,10 +21,12 @@ classes; storage.vector_store only asks this one for a client.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -51,6 +53,43 @@ def socket_path(db_path: Path) -> Path:
     """Where the owner of db_path serves it: short (unix sockets allow ~107 bytes) and per user."""
     digest = hashlib.sha1(str(db_path.resolve()).encode()).hexdigest()[:20]
     return Path(tempfile.gettempdir()) / f"lookup-knowledge-{os.getuid()}" / f"{digest}.sock"
+
+
+def ensure_socket_dir(directory: Path) -> None:
+    """Create the socket directory (0700) or prove the one there is ours; raises LiteShareError.
+
+    It sits in the shared temporary directory under a name anyone can predict, so another user
+    may have created it first (or put a symlink there) to serve their own socket in our place.
+    It is opened without following a link and checked on the open descriptor: a directory owned
+    by this user; a looser mode of our own directory is tightened to 0700.
+    """
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        why = (
+            "it is a symlink or not a directory"
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+            else exc.strerror
+        )
+        raise LiteShareError(_unsafe_socket_dir(directory, str(why))) from exc
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != os.getuid():
+            owner = f"it is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+            raise LiteShareError(_unsafe_socket_dir(directory, owner))
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _unsafe_socket_dir(directory: Path, why: str) -> str:
+    return (
+        f"refusing the Milvus Lite socket directory {str(directory)!r}: {why}, so another user could "
+        "serve a socket in its place; remove it, or set TMPDIR to a directory of your own"
+    )
 
 
 def socket_answers(path: Path) -> bool:
@@ -150,6 +189,9 @@ class _Share:
     def ensure(self, timeout_s: float) -> None:
         """Make the socket answer: serve it from here when the directory is free, else wait for its owner."""
         deadline = time.monotonic() + timeout_s
+        # Before connecting as well as before serving: a socket in a directory someone else
+        # controls may be theirs.
+        ensure_socket_dir(self.socket.parent)
         with self.lock:
             while True:
                 if self._server is not None or self._try_own():
@@ -183,7 +225,6 @@ class _Share:
             # loaded, or every search of the survivors fails with "call load() before search".
             for name in db.list_collections():
                 db.get_collection(name).load()
-            self.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # We hold the lock, so a socket file left here belongs to an owner that is gone.
             with contextlib.suppress(FileNotFoundError):
                 self.socket.unlink()
@@ -389,6 +430,10 @@ def probe(db_uri: str, timeout_s: float) -> str | None:
     db_path = Path(db_uri).resolve()
     deadline = time.monotonic() + timeout_s
     sock = socket_path(db_path)
+    try:
+        ensure_socket_dir(sock.parent)
+    except LiteShareError as exc:
+        return str(exc)
     while True:
         if lock_holder(db_path) is None or socket_answers(sock):
             return None

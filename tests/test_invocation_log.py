@@ -14,7 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
+from storage import log_retention
 from storage.invocation_log import InvocationLog, InvocationRecord, hash_text
+from storage.log_retention import Retention, wal_bytes
 from storage.schema import SchemaVersionError, latest_version, migrate
 from tests.helpers import loop_ticks
 
@@ -444,3 +446,78 @@ async def test_a_call_with_oversized_meta_is_refused_and_logged_once(
     assert len(logged) == 1
     assert logged[0]["tool_name"] == "lookup_knowledge"
     assert logged[0]["error"].startswith("JSON-RPC error -32602: _meta is too large")
+
+
+# -- issue 34, weak 6: retention, and a WAL that stays bounded ----------------------------------------
+
+DAY = 86400.0
+
+
+async def test_retention_deletes_old_rows_and_rows_beyond_max_rows_as_of_the_injected_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_retention, "BATCH", 2)  # several transactions per pass
+    clock = Clock()
+    log = await InvocationLog.open(
+        tmp_path / "log.sqlite", log_queries=True, clock=clock, synchronous="NORMAL"
+    )
+    try:
+        for age_days in (120, 100, 95, 10, 5, 1, 0):
+            await log.record(make_record(ts=clock.now - age_days * DAY))
+        clock.now += 0.5 * DAY  # the row 95 days old is now past 95.5
+        log.queue_memory("old-session", session_memory())
+        await log.record(make_record(ts=clock.now))
+        clock.now += 2 * DAY
+        pruned = await log.prune(Retention(days=90, max_rows=None, memory_ttl_s=DAY))
+        assert (pruned.rows, pruned.memories) == (3, 1)
+        assert len(rows(log.path)) == 5
+        pruned = await log.prune(Retention(days=None, max_rows=2))
+        assert pruned.rows == 3
+        kept = rows(log.path)
+        assert [row["ts"] for row in kept] == sorted(row["ts"] for row in kept)
+        assert kept[-1]["ts"] == clock.now - 2 * DAY  # the newest rows are the ones kept
+        assert rows(log.path, "SELECT * FROM session_memory") == []
+        assert (await log.prune(Retention(days=None, max_rows=None))).rows == 0
+    finally:
+        await log.close()
+
+
+# Checkpoints start at 1 MiB of WAL (storage.log_retention), and rows go on while one runs: the
+# bound is journal_size_limit, 4 MiB. The previous code's WAL reached 36.5 MB in this run.
+WAL_BOUND = log_retention.JOURNAL_SIZE_LIMIT_BYTES
+
+
+async def test_the_wal_stays_below_a_bound_over_2000_calls_of_two_processes_sharing_the_log(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.sqlite"
+    # Two logs on one file: as two server processes on a shared data directory.
+    logs = [await InvocationLog.open(path, log_queries=True, synchronous="NORMAL") for _ in range(2)]
+    largest = 0
+    try:
+        with anyio.fail_after(240):
+            for call in range(2000):
+                assert await logs[call % 2].record(make_record(call_index=call))
+                # A server's event loop turns between calls (the lookup awaits its threads): the
+                # background checkpoint runs then. At most 1,000 rows/s, ten times the capacity of
+                # a server on two cores (docs/reliability.md).
+                await asyncio.sleep(0.001)
+                largest = max(largest, wal_bytes(path))
+    finally:
+        for log in logs:
+            await log.close()
+    assert len(rows(path)) == 2000
+    assert largest < WAL_BOUND, f"the WAL reached {largest} bytes"
+
+
+async def test_a_server_applies_retention_in_the_background(make_server: Any, data_dir: Path) -> None:
+    from mcp import Client
+
+    server = make_server(overrides={"log": {"enabled": True, "max_rows": 2, "maintenance_interval_s": 0.05}})
+    async with Client(server, mode="legacy") as client:
+        with anyio.fail_after(120):
+            for _ in range(6):
+                await client.call_tool("reset_session", {})
+            while len(rows(data_dir / "log.sqlite")) > 2:
+                await anyio.sleep(0.05)
+    assert len(rows(data_dir / "log.sqlite")) <= 2

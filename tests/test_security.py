@@ -6,7 +6,10 @@ keeps query text out of the invocation log.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from mcp import Client
 from server.config.settings import token_digest
 from server.protocol import http_security
 from server.protocol.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
+from tests.helpers import CLI, ROOT
 from tests.wire import RawSession, Served, post, private_data_dir, served_http, server_env
 
 TOKEN = "tok-5f1c9a2e-never-log-me"
@@ -371,3 +375,56 @@ def test_ingest_refuses_files_and_directories_that_escape_the_root(tmp_path: Pat
         assert all("hunter2" not in entry.body for entry in runtime.catalog.entries())
     finally:
         runtime.close()
+
+
+# -- issue 34, weak 5: the Milvus Lite socket directory in the shared temporary directory -----------
+
+
+def _symlinked(directory: Path) -> None:
+    elsewhere = directory.parent / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    directory.symlink_to(elsewhere, target_is_directory=True)
+
+
+def _foreign(directory: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can create a directory owned by another user")
+    directory.mkdir()
+    os.chown(directory, 65534, 65534)  # nobody
+    directory.chmod(0o1777)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("make", "cause"),
+    [(_symlinked, "it is a symlink or not a directory"), (_foreign, "it is owned by uid 65534")],
+    ids=["symlink", "another user's"],
+)
+def test_a_socket_directory_someone_else_controls_stops_serve_with_one_line(
+    tmp_path: Path, make: Any, cause: str
+) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    socket_dir = tmp / f"lookup-knowledge-{os.getuid()}"
+    make(socket_dir)
+    env = server_env(tmp_path / "data", TMPDIR=str(tmp))
+    done = subprocess.run([*CLI, "serve"], env=env, cwd=ROOT, input=b"", capture_output=True, timeout=120)
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: refusing the Milvus Lite socket directory"), lines
+    assert cause in lines[0] and str(socket_dir) in lines[0]
+    assert not any(tmp.rglob("*.sock"))
+
+
+def test_the_socket_directory_is_created_private_and_a_loose_one_of_ours_is_tightened(tmp_path: Path) -> None:
+    from storage.lite_share import ensure_socket_dir
+
+    fresh, loose = tmp_path / "fresh", tmp_path / "loose"
+    ensure_socket_dir(fresh)
+    loose.mkdir()
+    loose.chmod(0o777)
+    ensure_socket_dir(loose)
+    for directory in (fresh, loose):
+        info = directory.lstat()
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+        assert info.st_uid == os.getuid()

@@ -6,6 +6,7 @@ the in-process client.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -50,11 +51,28 @@ def _read_only(tmp_path: Path) -> Path:
     return target
 
 
+def _log_is_a_directory(tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    (target / "log.sqlite").mkdir(parents=True)
+    return target
+
+
+def _log_is_not_a_database(tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    target.mkdir()
+    (target / "log.sqlite").write_bytes(b"this is not an SQLite database\n" * 64)
+    return target
+
+
 UNUSABLE: dict[str, tuple[Callable[[Path], Path], str]] = {
     "a file": (_file, "exists and is not a directory"),
     "under a file": (_under_a_file, "cannot create it: Not a directory"),
     "uncreatable subdirectory": (_catalog_is_a_file, "exists and is not a directory"),
     "read-only": (_read_only, "cannot write in it: Permission denied"),
+    # Issue 34, weak 4: these were a 76-line traceback (stdio, exit 1) or "Application startup
+    # failed" (HTTP, exit 3).
+    "log.sqlite is a directory": (_log_is_a_directory, "'log.sqlite' is a directory, not a file"),
+    "log.sqlite is not a database": (_log_is_not_a_database, "'log.sqlite' is not a usable SQLite database"),
 }
 
 
@@ -105,10 +123,13 @@ def test_state_is_private_and_an_empty_knowledge_base_is_an_error_naming_the_fix
     result = reply["result"]
     assert result["isError"] is True
     text = result["content"][0]["text"]
-    assert EMPTY_KB in text and str(data_dir) in text
-    assert f"lookup-knowledge-mcp ingest <dir> --data-dir {data_dir}" in text
+    # Issue 34, weak 8: the client learns how to fill it, not where the server keeps its data.
+    assert EMPTY_KB in text and str(data_dir) not in text and str(tmp_path) not in text
+    assert "lookup-knowledge-mcp ingest <dir> --data-dir <that directory>" in text
     warning = f"WARNING server.protocol.lifespan: {EMPTY_KB}"
-    assert (tmp_path / "stderr").read_text().count(warning) == 1  # said once at start-up
+    stderr = (tmp_path / "stderr").read_text()
+    assert stderr.count(warning) == 1  # said once at start-up, with the path
+    assert f"--data-dir {data_dir}" in stderr
 
     # finding 5: the data directory is 0700 and nothing in it is readable by group or others.
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
@@ -144,11 +165,12 @@ async def test_every_tool_and_the_map_say_the_knowledge_base_is_empty(
             knowledge_map = (await client.read_resource("knowledge://map")).contents[0].text
     for result in lookups:
         assert result.is_error  # never NO_MATCH
-        assert EMPTY_KB in result.content[0].text and str(data_dir) in result.content[0].text
+        assert EMPTY_KB in result.content[0].text and str(tmp_path) not in result.content[0].text
     assert domains.structured_content is not None
     assert domains.structured_content["empty"] is True
     assert "lookup-knowledge-mcp ingest" in domains.structured_content["message"]
-    assert '"empty": true' in knowledge_map
+    assert str(tmp_path) not in json.dumps(domains.structured_content)
+    assert '"empty": true' in knowledge_map and str(tmp_path) not in knowledge_map
     warnings = [r for r in caplog.records if EMPTY_KB in r.getMessage()]
     assert len(warnings) == 1
 

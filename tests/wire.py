@@ -229,3 +229,80 @@ class StdioPeer:
         except subprocess.TimeoutExpired:
             stop(self.proc)
         self._stderr.close()
+
+
+class RawSSE:
+    """An SSE MCP session driven with hand-written bodies: the stream is read on a thread."""
+
+    def __init__(
+        self, base_url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> None:
+        self.base_url = base_url
+        self.headers = dict(headers or {})
+        self._timeout = timeout
+        self._events: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, read=None))
+        self._response: httpx.Response | None = None
+        threading.Thread(target=self._pump, daemon=True).start()
+        kind, data = self._next_event()
+        if kind != "endpoint":
+            raise AssertionError(f"expected the endpoint event first, got {kind!r}: {data[:200]}")
+        self.endpoint = base_url + data
+        self._next_id = 0
+
+    def _pump(self) -> None:
+        kind, data = "message", ""
+        try:
+            with self._http.stream("GET", self.base_url + "/sse", headers=self.headers) as response:
+                self._response = response
+                if response.status_code != 200:
+                    self._events.put(("status", str(response.status_code)))
+                    return
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        kind = line[len("event:") :].strip()
+                    elif line.startswith("data:"):
+                        data = line[len("data:") :].strip()
+                    elif not line and data:
+                        self._events.put((kind, data))
+                        kind, data = "message", ""
+        except (httpx.HTTPError, RuntimeError, ValueError):
+            return  # closed by close(), or the server went away: the waiting side times out
+
+    def _next_event(self) -> tuple[str, str]:
+        try:
+            return self._events.get(timeout=self._timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no SSE event within {self._timeout}s") from None
+
+    def post(self, body: dict[str, Any], *, headers: dict[str, str] | None = None) -> int:
+        """POST one message to the session's endpoint (as ``headers`` if given); the status."""
+        response = httpx.post(
+            self.endpoint, json=body, headers=headers if headers is not None else self.headers, timeout=30
+        )
+        return response.status_code
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One request; its JSON-RPC response, read off the stream."""
+        self._next_id += 1
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            body["params"] = params
+        status = self.post(body)
+        if status != 202:
+            raise AssertionError(f"{method} was not accepted: {status}")
+        while True:
+            kind, data = self._next_event()
+            message = json.loads(data)
+            if kind == "message" and message.get("id") == self._next_id:
+                return message  # type: ignore[no-any-return]
+
+    def initialize(self) -> None:
+        self.request("initialize", INITIALIZE["params"])  # type: ignore[arg-type]
+        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        if self._response is not None:
+            with contextlib.suppress(httpx.HTTPError, RuntimeError):
+                self._response.close()
+        self._http.close()

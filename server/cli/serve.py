@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from server.cli.listen import BindError, address_text, bind_listeners
-from server.config.data_dir import DataDirError, prepare_data_dir
+from server.config.data_dir import DataDirError, check_invocation_log, prepare_data_dir
 from server.config.settings import Settings
 from server.protocol.app import app_resources, create_server
 from server.protocol.http_app import build_http_app
@@ -86,9 +86,11 @@ def serve(
 
 
 def startup_problem(settings: Settings) -> str | None:
-    """Why the server cannot start (None when it can): data directory, watched folder, Milvus."""
+    """Why the server cannot start (None when it can): data directory and its log, watched folder, Milvus."""
     try:
         prepare_data_dir(settings.data_dir)
+        if settings.log.enabled:
+            check_invocation_log(settings.log_path)
     except DataDirError as exc:
         return str(exc)
     watched = settings.watch.directory

@@ -252,6 +252,13 @@ class RetrievalSettings(Section):
         le=1_000_000,
         description="Cap on one read of a whole document (read_knowledge_doc, knowledge://doc/...).",
     )
+    max_lookups_in_flight: Annotated[int, HOT] = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Lookups one server process runs at once; past it a lookup is refused at once with a "
+        "retryable 'server busy' tool error, so no queue grows and no admitted call waits behind more.",
+    )
 
 
 class MemorySettings(Section):
@@ -275,6 +282,22 @@ class LogSettings(Section):
     # Hot: a privacy switch; turned off in a running server, the next rows store a hash.
     log_queries: Annotated[bool, HOT] = Field(
         default=True, description="Store query text; false stores a hash instead."
+    )
+    retention_days: Annotated[float | None, HOT] = Field(
+        default=90.0,
+        gt=0,
+        description="Rows older than this are deleted in the background; null keeps every age.",
+    )
+    max_rows: Annotated[int | None, HOT] = Field(
+        default=1_000_000,
+        ge=1,
+        description="Only the newest rows are kept, this many at most (about 1.4-2.1 GB per million); null: any number.",
+    )
+    maintenance_interval_s: Annotated[float, HOT] = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="How often the background pass applies retention and checkpoints a WAL that has commits.",
     )
 
 

@@ -21,6 +21,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from retrieval.embedders import EmbedderError
 from retrieval.service import LookupOutcome, ReadOutcome, UnknownDocumentError, UnknownDomainError
 from server.inputs import LOGGED_ARGUMENT_LIMITS
+from server.protocol.admission import ServerBusyError
 from server.protocol.http_security import peer_host, principal_of
 from server.protocol.lifespan import AppResources, WarmupError
 from server.protocol.request_guard import mark_recorded
@@ -31,7 +32,7 @@ from storage.invocation_log import InvocationRecord
 logger = logging.getLogger(__name__)
 
 # Failures whose message is already meant for the caller; anything else gets its type named.
-_CALLER_ERRORS = (UnknownDomainError, UnknownDocumentError, WarmupError, EmbedderError)
+_CALLER_ERRORS = (UnknownDomainError, UnknownDocumentError, WarmupError, EmbedderError, ServerBusyError)
 _NO_SESSION = SessionIdentity(None, "none")
 
 
@@ -73,7 +74,7 @@ class CallRecorder:
             principal=principal_of(request),
             peer=peer_host(request),
             allow_remote_keys=self.resources.settings.http.allow_remote_session_keys,
-            trust_mcp_session_id=self.resources.trust_mcp_session_id,
+            transport_session=self.resources.transport_session,
         )
 
     @asynccontextmanager

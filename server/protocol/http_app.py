@@ -31,9 +31,13 @@ def build_http_app(
     """The Starlette app for an HTTP transport, with auth, body limit and DNS-rebinding protection."""
     http = settings.http
     security = transport_security()
-    # Stateless streamable HTTP issues no session ids: an mcp-session-id header is then only
-    # the client's say-so, and trusting it would let anyone name another client's memory.
-    resources.trust_mcp_session_id = transport == "sse" or not stateless
+    # Only the id this transport issued names a session: stateless streamable HTTP issues none,
+    # so an mcp-session-id header (or a ?session_id= anywhere but the SSE message endpoint) is
+    # only the client's say-so, and trusting it would let anyone name another client's memory.
+    if transport == "sse":
+        resources.transport_session = "sse"
+    else:
+        resources.transport_session = "none" if stateless else "mcp-session-id"
     if transport == "sse":
         app = mcp.sse_app(
             max_request_body_size=http.max_body_bytes, transport_security=security, host=http.host

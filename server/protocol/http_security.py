@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -142,7 +144,10 @@ class BearerAuthMiddleware:
 
     ``principals`` maps the hex SHA-256 of each token to the principal's name, so the
     configuration holds no token in clear. The principal is put in the request state, where
-    the session resolution reads it to keep explicit session keys apart per principal.
+    the session resolution reads it to keep explicit session keys apart per principal, and in
+    ``scope["user"]``, where the SDK's transports read who opened a session: streamable HTTP
+    and SSE then answer another principal's use of its id (POST, GET, DELETE, or a message to
+    ``/messages/?session_id=``) with 404, as if the session did not exist.
     """
 
     def __init__(self, app: ASGIApp, principals: Mapping[str, str]) -> None:
@@ -180,7 +185,16 @@ class BearerAuthMiddleware:
             return
         state: dict[str, Any] = scope.setdefault("state", {})
         state[PRINCIPAL_STATE_KEY] = principal
+        scope["user"] = principal_user(principal)
         await self.app(scope, receive, send)
+
+
+def principal_user(principal: str) -> AuthenticatedUser:
+    """The SDK's authenticated user for a principal: session ownership compares its client_id.
+
+    The token itself is not kept: only the principal's name identifies it.
+    """
+    return AuthenticatedUser(AccessToken(token=f"principal:{principal}", client_id=principal, scopes=[]))
 
 
 def principal_of(request: Any) -> str | None:
@@ -192,7 +206,21 @@ def principal_of(request: Any) -> str | None:
     return state.get(PRINCIPAL_STATE_KEY) if isinstance(state, Mapping) else None
 
 
+# Headers a reverse proxy adds. Behind a proxy on this host every TCP peer is loopback.
+_PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
+PROXIED_PEER = "a client behind a proxy"
+
+
 def peer_host(request: Any) -> str | None:
-    """The TCP peer address of an HTTP request."""
+    """The TCP peer address of an HTTP request; PROXIED_PEER when a proxy header is present.
+
+    Behind a reverse proxy on the same host every request arrives from loopback, so loopback
+    would vouch for any client. A request that names a proxy header (Forwarded,
+    X-Forwarded-For, X-Real-IP) is counted as remote; the header's value itself is not trusted
+    (any client can send it), so it only ever takes trust away.
+    """
+    headers = getattr(request, "headers", None)
+    if headers is not None and any(name in headers for name in _PROXY_HEADERS):
+        return PROXIED_PEER
     client = getattr(request, "client", None)
     return getattr(client, "host", None)

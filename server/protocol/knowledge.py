@@ -11,17 +11,20 @@ import asyncio
 import json
 import logging
 import sqlite3
+from contextlib import AbstractContextManager
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import CallToolResult, TextContent
 
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
+from retrieval.service import UnknownDocumentError
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompts
+from server.protocol.admission import InFlight
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
@@ -40,6 +43,11 @@ class KnowledgeCalls:
     def __init__(self, resources: AppResources, recorder: CallRecorder) -> None:
         self.resources = resources
         self.recorder = recorder
+        self.in_flight = InFlight()
+
+    def _admit(self) -> AbstractContextManager[None]:
+        """One more lookup in flight, or a retryable busy error (retrieval.max_lookups_in_flight, hot)."""
+        return self.in_flight.admit(self.resources.settings.retrieval.max_lookups_in_flight)
 
     async def lookup(self, rc: Request, request: LookupRequest) -> CallToolResult:
         arguments = {
@@ -48,15 +56,17 @@ class KnowledgeCalls:
             "missing_dimension": request.missing_dimension,
         }
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
-            service = await self.resources.lookup_service()
-            try:
-                view = await lookup_view(service, self.resources.settings.data_dir)
-            except EmptyKnowledgeBaseError as exc:
-                raise ToolError(str(exc)) from exc
-            self.resources.heap.settle(view.generation)
-            call.outcome = await service.lookup(
-                request, session_key=call.identity.key, scope=call.identity.scope, view=view
-            )
+            with self._admit():
+                service = await self.resources.lookup_service()
+                try:
+                    # No path to clients (data_dir None): the start-up warning names it.
+                    view = await lookup_view(service, None)
+                except EmptyKnowledgeBaseError as exc:
+                    raise ToolError(str(exc)) from exc
+                self.resources.heap.settle(view.generation)
+                call.outcome = await service.lookup(
+                    request, session_key=call.identity.key, scope=call.identity.scope, view=view
+                )
         result = call.outcome.result
         return CallToolResult(
             content=[TextContent(type="text", text=render_lookup(result))],
@@ -65,21 +75,26 @@ class KnowledgeCalls:
 
     async def read(self, rc: Request, via: str, doc_key: str, section: str | None) -> ReadResult:
         """A whole document or one section, for the read tool (``via`` its name) or the doc resource."""
-        async with self.recorder.call(rc, via, {"query": doc_key, "missing_dimension": section}) as call:
-            service = await self.resources.lookup_service()
-            call.read = await service.read(
-                doc_key,
-                section,
-                session_key=call.identity.key,
-                scope=call.identity.scope,
-                limit=self.resources.settings.retrieval.read_max_chars,
-            )
+        logged = {"query": doc_key, "missing_dimension": section}
+        async with self.recorder.call(rc, via, logged) as call:
+            with self._admit():
+                service = await self.resources.lookup_service()
+                call.read = await service.read(
+                    doc_key,
+                    section,
+                    session_key=call.identity.key,
+                    scope=call.identity.scope,
+                    limit=self.resources.settings.retrieval.read_max_chars,
+                )
         return call.read.result
 
     async def read_resource(self, rc: Request, doc_key: str, section: str | None) -> str:
         try:
             result = await self.read(rc, "knowledge://doc", doc_key, section or None)
         except ToolError as exc:
+            # An unknown document is the client's mistake (-32602, naming it), not -32603.
+            if isinstance(exc.__cause__, UnknownDocumentError):
+                raise ResourceNotFoundError(str(exc)) from exc
             raise ResourceError(str(exc)) from exc
         return result.model_dump_json(indent=2)
 
@@ -97,9 +112,7 @@ class KnowledgeCalls:
     async def list_domains(self, rc: Request) -> KnowledgeMap:
         async with self.recorder.call(rc, "list_knowledge_domains", {}):
             service = await self.resources.lookup_service()
-            return described_map(
-                service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
-            )
+            return described_map(service.engine.knowledge_map(await service.view()), None)
 
     async def knowledge_map(self) -> KnowledgeMap:
         """The map for resources and prompts, where a warm-up failure is a resource error."""
@@ -107,9 +120,7 @@ class KnowledgeCalls:
             service = await self.resources.lookup_service()
         except WarmupError as exc:
             raise ResourceError(str(exc)) from exc
-        return described_map(
-            service.engine.knowledge_map(await service.view()), self.resources.settings.data_dir
-        )
+        return described_map(service.engine.knowledge_map(await service.view()), None)
 
     async def domain(self, domain: str) -> DomainInfo:
         knowledge_map = await self.knowledge_map()

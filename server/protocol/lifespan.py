@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from pathlib import Path
 
@@ -23,8 +24,11 @@ from server.config.data_dir import empty_knowledge_base_message, prepare_data_di
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
 from server.heap import ServingHeap
+from server.protocol.session import TransportSession
 from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
+from storage.log_retention import Retention
+from storage.schema import SchemaVersionError
 from storage.vector_store import MilvusVectorStore
 
 logger = logging.getLogger(__name__)
@@ -49,8 +53,9 @@ class AppResources:
         settings = holder.current()
         self.holder = holder
         self.stdio_key = stdio_key
-        # False under stateless streamable HTTP, where no transport issued the mcp-session-id.
-        self.trust_mcp_session_id = True
+        # The session id the HTTP transport issues and checks (server.protocol.session); set by
+        # build_http_app. "none" under stateless streamable HTTP, which issues none.
+        self.transport_session: TransportSession = "mcp-session-id"
         self.memory = action_memory(settings, on_change=self._persist_memory, clock=clock)
         self._embedder = embedder
         self._store = store
@@ -59,6 +64,7 @@ class AppResources:
         self._warmup: asyncio.Task[Runtime] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._follow: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
         self.runtime: Runtime | None = None
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
@@ -93,6 +99,7 @@ class AppResources:
                 )
                 if settings.memory.persist:
                     await self._restore_memory()
+                self._maintenance = asyncio.create_task(self._maintain_log(self.log))
 
     def _open_runtime(self, settings: Settings) -> Runtime:
         try:
@@ -111,12 +118,12 @@ class AppResources:
             self._refs -= 1
             if self._refs > 0:
                 return
-            for task in (self._watch, self._follow):
+            for task in (self._watch, self._follow, self._maintenance):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-            self._watch, self._follow = None, None
+            self._watch = self._follow = self._maintenance = None
             if self._warmup is not None:
                 try:
                     runtime = await self._warmup
@@ -175,6 +182,26 @@ class AppResources:
             return
         if runtime.shared is not None:
             await keep_following(runtime, self.settings.milvus.sync_interval_s)
+
+    async def _maintain_log(self, log: InvocationLog) -> None:
+        """In the background: apply the log's retention, and checkpoint a WAL that had commits."""
+        while True:
+            await asyncio.sleep(self.settings.log.maintenance_interval_s)
+            settings = self.settings
+            retention = Retention(
+                settings.log.retention_days,
+                settings.log.max_rows,
+                settings.memory.ttl_seconds if settings.memory.persist else None,
+            )
+            try:
+                pruned = await log.prune(retention)
+            except (sqlite3.Error, OSError, ValueError, SchemaVersionError) as exc:
+                # The rows' own writes report and count the failure; the next pass tries again.
+                logger.warning("invocation log retention skipped: %s", exc)
+            else:
+                if pruned.rows or pruned.gaps:
+                    logger.info("invocation log: %d old rows and %d gaps deleted", pruned.rows, pruned.gaps)
+            log.checkpoint_soon(due_only=True)
 
     def _policy(self) -> Policy:
         settings = self.settings

@@ -5,8 +5,11 @@
    principal's name, so a client naming another principal's key gets a memory of its own.
    Over HTTP without auth, every client is the same principal, so keys are only taken from
    loopback peers unless ``http.allow_remote_session_keys`` says otherwise;
-2. mcp-session: the ``mcp-session-id`` of stateful streamable HTTP (which the transport issued
-   and checks), or the SSE ``session_id``. Stateless HTTP issues none, so the header is ignored;
+2. mcp-session: the ``mcp-session-id`` of stateful streamable HTTP, or the ``session_id`` query
+   parameter of the SSE message endpoint. Each is read only on the transport that issued it and
+   checks it (the SDK refuses, with 404, an id another principal opened), and the key carries
+   the principal. Stateless HTTP issues none; a ``?session_id=`` on streamable HTTP, or an
+   ``mcp-session-id`` on SSE, is only the client's say-so and is ignored;
 3. connection: stdio (one process serves one client), or an in-process handshake connection;
 4. none: no session exists (the 2026-07-28 protocol over HTTP, stateless HTTP without a key).
    Action memory is then off for that call, rather than merging unrelated clients.
@@ -18,7 +21,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from retrieval.models import SessionScope
 from server.protocol.http_security import is_loopback
@@ -27,6 +30,11 @@ EXPLICIT_HEADER = "x-session-id"
 META_KEY = "session_id"
 _KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,256}$")
 _CONNECTION_STATE_KEY = "lookup_knowledge.session"
+
+
+# Which session id the transport issued, and so may be trusted: the mcp-session-id header of
+# stateful streamable HTTP, the session_id query parameter of the SSE message endpoint, or none.
+TransportSession = Literal["mcp-session-id", "sse", "none"]
 
 
 class SessionKeyError(ValueError):
@@ -65,7 +73,7 @@ def resolve_session(
     principal: str | None = None,
     peer: str | None = None,
     allow_remote_keys: bool = False,
-    trust_mcp_session_id: bool = True,
+    transport_session: TransportSession = "mcp-session-id",
 ) -> SessionIdentity:
     """Apply the resolution order to what the transport carried."""
     meta_value = meta.get(META_KEY) if isinstance(meta, Mapping) else getattr(meta, META_KEY, None)
@@ -82,14 +90,12 @@ def resolve_session(
                 "http.clients or an auth token, or set http.allow_remote_session_keys"
             )
         return SessionIdentity(explicit_key(principal, explicit), "explicit")
-    mcp_session_id = headers.get("mcp-session-id") if headers is not None else None
-    if mcp_session_id and is_http and handshake and trust_mcp_session_id:
-        prefix = f"mcp@{principal}:" if principal else "mcp:"
-        return SessionIdentity(prefix + mcp_session_id, "mcp-session")
-    if query_params is not None and query_params.get("session_id"):
-        # SSE: the message endpoint carries the stream's session id as a query parameter.
-        return SessionIdentity("sse:" + query_params["session_id"], "mcp-session")
     if is_http:
+        transport_id = _transport_session_id(headers, query_params, handshake, transport_session)
+        if transport_id is not None:
+            kind, value = transport_id
+            prefix = f"{kind}@{principal}:" if principal else f"{kind}:"
+            return SessionIdentity(prefix + value, "mcp-session")
         return SessionIdentity(None, "none")
     if stdio_key is not None:
         return SessionIdentity(stdio_key, "connection")
@@ -100,6 +106,24 @@ def resolve_session(
         key = state.setdefault(_CONNECTION_STATE_KEY, "conn:" + uuid.uuid4().hex)
         return SessionIdentity(key, "connection")
     return SessionIdentity(None, "none")
+
+
+def _transport_session_id(
+    headers: Mapping[str, str] | None,
+    query_params: Mapping[str, str] | None,
+    handshake: bool,
+    transport_session: TransportSession,
+) -> tuple[str, str] | None:
+    """(kind, id) of the session id the transport issued and checked, or None."""
+    if transport_session == "mcp-session-id" and handshake and headers is not None:
+        value = headers.get("mcp-session-id")
+        return ("mcp", value) if value else None
+    if transport_session == "sse" and query_params is not None:
+        # The SSE message endpoint carries its stream's session id; the SDK has checked that the
+        # stream exists and that this principal opened it.
+        value = query_params.get("session_id")
+        return ("sse", value) if value else None
+    return None
 
 
 def new_stdio_key() -> str:

@@ -4,14 +4,18 @@ The SDK's stdio transport drops such a line (it logs it at debug level), so a cl
 sent a broken frame would wait for a reply that never comes. Here the line is answered with
 ``-32700 Parse error`` (not JSON) or ``-32600 Invalid request`` (JSON, but not a JSON-RPC
 message), carrying the request id when one can be read, and the next line is served as usual.
+
+Lines are read with a cap (``MAX_LINE_BYTES``): a longer line is skipped without being held
+in memory or parsed, and answered ``-32600 Invalid request: the line is longer than ...``.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -25,10 +29,47 @@ from server.protocol.sdk import lowlevel_server
 
 logger = logging.getLogger(__name__)
 
+# The HTTP transports' default body limit (http.max_body_bytes): a request is a few KB at most.
+MAX_LINE_BYTES = 1_000_000
+# What the reader hands the SDK in place of an overlong line: it fails to parse, and the
+# answering stream recognises it by its text.
+_OVERLONG = "\x00overlong line\x00"
+
+
+class BoundedLines:
+    """stdin as the SDK's stdio transport iterates it, one line at a time, each at most ``limit`` bytes."""
+
+    def __init__(self, buffer: BinaryIO, limit: int = MAX_LINE_BYTES) -> None:
+        self._buffer = buffer
+        self.limit = limit
+
+    def _readline(self) -> str | None:
+        line = self._buffer.readline(self.limit + 1)
+        if not line:
+            return None
+        if len(line) > self.limit and not line.endswith(b"\n"):
+            # Skip the rest of the line in bounded pieces; nothing of it is kept.
+            while (rest := self._buffer.readline(65536)) and not rest.endswith(b"\n"):
+                pass
+            return _OVERLONG
+        return line.decode("utf-8", errors="replace")
+
+    def __aiter__(self) -> BoundedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await anyio.to_thread.run_sync(self._readline, abandon_on_cancel=True)
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
 
 def error_reply(exc: Exception) -> JSONRPCError:
     """The JSON-RPC error for a frame the transport could not parse."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if any(err.get("input") == _OVERLONG for err in errors):
+        message = f"Invalid request: the line is longer than {MAX_LINE_BYTES} bytes, the stdio limit"
+        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
     if not errors or any(err["type"] == "json_invalid" for err in errors):
         detail = errors[0]["msg"] if errors else str(exc)
         return JSONRPCError(
@@ -117,7 +158,9 @@ async def run_stdio(mcp: MCPServer[Any]) -> None:
     # MCPServer.run_stdio_async offers no hook on the read stream; this is its body, with
     # the read stream wrapped.
     server = lowlevel_server(mcp)
-    async with stdio_server() as (read_stream, write_stream):
+    # The SDK iterates stdin with ``async for``; BoundedLines serves it that way.
+    stdin = cast(Any, BoundedLines(sys.stdin.buffer))
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
         await server.run(
             _AnsweringReceiveStream(read_stream, write_stream),
             write_stream,

@@ -1,0 +1,42 @@
+"""Load shedding: a bound on the lookups a server process runs at once.
+
+Without it a burst queued up (300 requests waited up to 12.7 s) and nothing was ever refused.
+A lookup past ``retrieval.max_lookups_in_flight`` is refused at once, before it embeds,
+searches or touches the session's memory, with a tool error that names the limit and says to
+retry; the call recorder logs it like any other call. An admitted lookup therefore waits behind
+at most the limit's other lookups, never behind a queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# What a refused caller is told to wait before retrying: about the time the admitted calls take.
+RETRY_AFTER_S = 1
+
+
+class ServerBusyError(RuntimeError):
+    """The lookup was refused because the bound on lookups in flight was reached."""
+
+
+class InFlight:
+    """The lookups running now. The event loop is the only writer, so no lock is needed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextmanager
+    def admit(self, limit: int) -> Iterator[None]:
+        """Run the block as one more lookup in flight, or raise ServerBusyError at once."""
+        if self.count >= limit:
+            raise ServerBusyError(
+                f"server busy: {self.count} lookups are in flight, the limit "
+                f"(retrieval.max_lookups_in_flight) is {limit}; nothing was looked up or counted "
+                f"against this session: retry in about {RETRY_AFTER_S} s"
+            )
+        self.count += 1
+        try:
+            yield
+        finally:
+            self.count -= 1

@@ -1,0 +1,100 @@
+"""Keeping the invocation log bounded: retention of old rows and a WAL that is checkpointed.
+
+A lookup row is about 2.1 KB (most of it ``retrieval_details``) plus its index entries, so a log
+that keeps everything grows without end. ``prune_step`` deletes, in batches so that no
+transaction holds the write lock for long, the rows older than the retention period and those beyond the
+newest ``max_rows``, and the gaps older than the period. The session memory has its own TTL
+and is pruned with it. Each step is one transaction; the log writes new rows between steps.
+
+The WAL grows by about 18 KB per commit (the row's pages and its two indexes) until a
+checkpoint copies it into the database and empties it; ``journal_size_limit`` bounds what a
+checkpoint that could not empty it (a reader in another process) leaves behind. Every
+process checks the WAL's size after its commits (``wal_bytes``), so a data directory shared by
+several processes is checkpointed as often as one used by a single process.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+# A checkpoint runs once the WAL is this large, or this long after the last one with commits since.
+CHECKPOINT_WAL_BYTES = 1024 * 1024
+CHECKPOINT_INTERVAL_S = 30.0
+# What the WAL file is truncated to once a checkpoint has reset it (SQLite's journal_size_limit).
+JOURNAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024
+# Rows deleted per transaction: a few milliseconds of write lock each.
+BATCH = 2000
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the log keeps: rows younger than ``days`` (None: any age), at most ``max_rows`` (None: any number)."""
+
+    days: float | None
+    max_rows: int | None
+    memory_ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Pruned:
+    rows: int
+    gaps: int
+    memories: int
+
+
+def wal_bytes(path: Path) -> int:
+    """The size of the database's write-ahead log (0 when there is none)."""
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _delete_batch(conn: sqlite3.Connection, where: str, parameters: tuple[float | int, ...]) -> int:
+    cursor = conn.execute(
+        f"DELETE FROM tool_invocation WHERE id IN (SELECT id FROM tool_invocation WHERE {where} LIMIT ?)",
+        (*parameters, BATCH),
+    )
+    return cursor.rowcount
+
+
+def prune_step(conn: sqlite3.Connection, retention: Retention, now: float) -> Pruned:
+    """One transaction of pruning as of ``now`` (unix seconds): at most BATCH rows; call until it deletes none.
+
+    One batch per call, so the caller can let the rows of new calls in between.
+    """
+    rows = gaps = memories = 0
+    if retention.days is not None:
+        cutoff = now - retention.days * 86400
+        rows = _delete_batch(conn, "ts < ?", (cutoff,))
+        gaps = conn.execute("DELETE FROM log_gap WHERE last_ts < ?", (cutoff,)).rowcount
+    if retention.max_rows is not None and rows < BATCH:
+        newest_dropped = conn.execute(
+            "SELECT id FROM tool_invocation ORDER BY id DESC LIMIT 1 OFFSET ?", (retention.max_rows,)
+        ).fetchone()
+        if newest_dropped is not None:
+            rows += _delete_batch(conn, "id <= ?", (newest_dropped[0],))
+    if retention.memory_ttl_s is not None:
+        cutoff = now - retention.memory_ttl_s
+        memories = conn.execute("DELETE FROM session_memory WHERE last_seen < ?", (cutoff,)).rowcount
+    conn.commit()
+    return Pruned(rows, gaps, memories)
+
+
+def checkpoint(path: Path) -> None:
+    """A TRUNCATE checkpoint on a connection of its own: the WAL is copied and emptied.
+
+    PASSIVE never blocked the writer, but under a steady stream of rows it never caught up with
+    the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
+    TRUNCATE holds the write lock for the copy (milliseconds for the 1 MiB that triggers it);
+    a row written meanwhile goes to the log's thread and waits there, off the event loop.
+    """
+    conn = sqlite3.connect(path, timeout=1.0)
+    try:
+        conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
