@@ -139,8 +139,8 @@ def test_the_lexical_channel_follows_the_catalog_generation(catalog: Catalog) ->
     """A removed document leaves the lexical hits at the next lookup: the index is the snapshot's."""
     lookups = engine.KnowledgeEngine(catalog, store=None, embedder=None)  # type: ignore[arg-type]
     query = "Redis cluster failover"
-    before = {h.doc_key for h in engine._lexical(lookups.view(), query, None)[1]}
+    before = {h.doc_key for h in engine._lexical(lookups.view(), query, None)[2]}
     assert "infrastructure/redis-cluster.md" in before
     catalog.remove_document("infrastructure/redis-cluster.md")
-    after = {h.doc_key for h in engine._lexical(lookups.view(), query, None)[1]}
+    after = {h.doc_key for h in engine._lexical(lookups.view(), query, None)[2]}
     assert after == before - {"infrastructure/redis-cluster.md"} != set()

@@ -97,6 +97,7 @@ async def test_a_session_of_calls_writes_one_row_each_with_the_retrieval_details
     assert details["thresholds"] == {
         "on_topic": model.on_topic.threshold,
         "top_right": model.top_right.threshold,
+        "confident": model.confident,
     }
     assert details["passages"] == {PRECISE_DOC: content["primary"]["sections"]}
 
