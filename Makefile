@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8765
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint bench install install-dev ingest-sample clean milvus-start milvus-stop
+.PHONY: run test test-fast lint bench install install-dev ingest-sample clean milvus-start milvus-stop
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ test: install-dev
 	fi
 	bash scripts/inspector-smoke
 	bash scripts/conformance
+
+# The edit-test loop: every suite but the end-to-end ones marked slow (subprocesses, servers,
+# many calls). A few minutes on 2 cores; `make test` runs everything.
+test-fast: install-dev
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install-dev
 	$(BIN)/ruff check server storage retrieval tests bench scripts

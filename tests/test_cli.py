@@ -113,6 +113,7 @@ def _evaluation_set(root: Path, domain: str, questions: list[dict[str, Any]]) ->
     return root
 
 
+@pytest.mark.slow
 def test_calibrate_reports_held_out_figures_and_writes_the_model(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -65,6 +65,7 @@ def test_a_vector_stored_100_times_hides_no_other(
     assert min(h.score for h in firsts) > 0.9999  # moved apart by a hair at most
 
 
+@pytest.mark.slow
 def test_a_file_copied_into_100_folders_does_not_turn_an_answer_into_no_match(
     tmp_path: Path, e5_embedder: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -101,6 +101,7 @@ def unseen_replays(
     }
 
 
+@pytest.mark.slow
 def test_traces_on_an_unseen_knowledge_base_get_every_needed_document_once(
     unseen_replays: dict[str, tuple[ReplayReport, ReplayReport]],
 ) -> None:

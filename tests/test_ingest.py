@@ -238,6 +238,7 @@ def test_a_moved_folder_and_deletions_in_the_same_folder_are_ingested(
     assert runtime.ingestor().run(extra).added == ["misc/lunch.md"]
 
 
+@pytest.mark.slow
 def test_cli_ingest_of_a_second_knowledge_base_stops_with_one_line_until_replace(tmp_path: Path) -> None:
     def ingest(folder: Path, *flags: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

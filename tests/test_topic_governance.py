@@ -134,6 +134,7 @@ async def test_no_match_text_is_terse_too(make_server: Any) -> None:
     assert result["relevance_level"] == "NO_MATCH" and len(text) <= TERSE_LIMIT
 
 
+@pytest.mark.slow
 async def test_a_copy_in_another_folder_is_held_in_the_parts_its_twin_was_sent(
     tmp_path: Path, e5_embedder: Any, make_server: Any
 ) -> None:
