@@ -39,6 +39,7 @@ from bench import machine
 from bench.coldstart import one_start
 from bench.corpus import corpus, identifier_query, write_knowledge_base
 from bench.lookup_bench import log
+from tests.milvus_target import drop_prefixed
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Replica start-up on a Milvus server"
@@ -159,18 +160,6 @@ def _replica_starts(size: int, uri: str, prefix: str, query: str, work: Path, st
     }
 
 
-def _drop(uri: str, prefix: str) -> None:
-    from pymilvus import MilvusClient
-
-    client = MilvusClient(uri=uri, timeout=60)
-    try:
-        for name in client.list_collections():
-            if name.startswith(prefix + "_"):
-                client.drop_collection(name)
-    finally:
-        client.close()
-
-
 def run(
     sizes: list[int], server_uri: str, work: Path, *, starts: int = 3, scratch: tuple[int, ...] = (1000,)
 ) -> dict[str, Any]:
@@ -179,7 +168,7 @@ def run(
     rate: float | None = None  # seconds of ingest from scratch per chunk, at the largest scratch size
     for size in sorted(sizes, key=lambda s: (s not in scratch, s)):
         measured = _one_size(size, server_uri, work, starts, size in scratch)
-        _drop(server_uri, measured.pop("prefix"))
+        drop_prefixed(server_uri, measured.pop("prefix"))
         if "current_path_s" in measured:
             rate = measured["current_path_s"] / size
         elif rate is not None:
