@@ -279,7 +279,7 @@ def measure(
 ) -> dict[str, Any]:
     """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
     from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.container import open_runtime
 
     data = work / "console-data"
     shutil.rmtree(data, ignore_errors=True)

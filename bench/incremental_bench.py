@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from server.config.settings import load_settings
-from server.stack import chunking_rule, open_runtime
+from server.container import chunking_rule, open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDBOOK = ROOT / "examples" / "knowledge" / "onboarding" / "operations-handbook.md"

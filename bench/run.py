@@ -122,7 +122,7 @@ def _ingest_step(
     kb: Path, data: Path, embedder: Any, chunks: list[SyntheticChunk], clock: Clock, label: str
 ) -> dict:
     from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.container import open_runtime
 
     written = write_knowledge_base(kb, chunks)
     runtime = open_runtime(load_settings(None, data_dir=data), embedder=embedder)
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from retrieval.embedders import create_embedder
     from server.config.settings import load_settings
-    from server.stack import chunking_rule
+    from server.container import chunking_rule
 
     # What the server loads: e5-small with the language means removed.
     embedder: Any = create_embedder("e5-small")

@@ -60,7 +60,7 @@ def _layer(module: str) -> int:
 def test_the_walk_sees_every_layer_and_the_known_edges() -> None:
     # Guards the checks below against passing on an empty or misread graph.
     assert {m.split(".")[0] for m in MODULES} == set(LAYERS)
-    assert "retrieval.engine" in GRAPH["server.stack"]
+    assert "retrieval.engine" in GRAPH["server.container"]
     assert "storage.catalog" in GRAPH["retrieval.engine"]
     assert "server.protocol.prompts" in GRAPH["server.protocol.uris"]
 

@@ -86,7 +86,7 @@ def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_
     tmp_path: Path, e5_embedder: Any
 ) -> None:
     from server.config.settings import load_settings
-    from server.stack import chunking_rule, open_runtime
+    from server.container import chunking_rule, open_runtime
     from storage.documents import discover, load_document
 
     total = 60

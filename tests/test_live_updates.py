@@ -261,7 +261,7 @@ async def test_watching_another_knowledge_base_logs_the_refusal_and_keeps_the_in
     data_dir: Path, e5_embedder: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.container import open_runtime
     from server.watch import watch_ingest
 
     other = tmp_path / "other-kb"

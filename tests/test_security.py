@@ -349,7 +349,7 @@ async def test_with_log_queries_off_no_query_text_reaches_the_log(make_server: A
 
 def test_ingest_refuses_files_and_directories_that_escape_the_root(tmp_path: Path, e5_embedder: Any) -> None:
     from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.container import open_runtime
 
     outside = tmp_path / "outside"
     outside.mkdir()

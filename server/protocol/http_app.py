@@ -10,6 +10,7 @@ from mcp.server.mcpserver import MCPServer
 
 from server.config.settings import Settings
 from server.console.app import Console, ConsoleUnavailable, WithConsole, console_app
+from server.container import Runtime
 from server.protocol.http_security import (
     BearerAuthMiddleware,
     HostOriginGuard,
@@ -17,7 +18,6 @@ from server.protocol.http_security import (
     transport_security,
 )
 from server.protocol.lifespan import AppResources, WarmupError
-from server.stack import Runtime
 
 
 def build_http_app(

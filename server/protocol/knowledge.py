@@ -21,6 +21,7 @@ from mcp_types import CallToolResult, TextContent
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
 from retrieval.service import UnknownDocumentError
+from server.container import EmptyKnowledgeBaseError, described_map, lookup_view
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompts
@@ -28,7 +29,6 @@ from server.protocol.admission import InFlight
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
-from server.stack import EmptyKnowledgeBaseError, described_map, lookup_view
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 

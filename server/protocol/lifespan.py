@@ -23,9 +23,9 @@ from retrieval.tracker import Clock, SessionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
+from server.container import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from server.heap import ServingHeap
 from server.protocol.session import TransportSession
-from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
 from storage.log_retention import Retention
 from storage.schema import SchemaVersionError
