@@ -243,7 +243,7 @@ async def _serve_and_measure(settings: Any, embedder: Any, per_page: int, lookup
     import uvicorn
 
     from server.protocol.app import app_resources, create_server
-    from server.protocol.http_app import build_http_app
+    from server.transport.http_app import build_http_app
 
     resources = app_resources(settings, embedder=embedder)
     app = build_http_app(create_server(resources), resources, settings, transport="streamable-http")

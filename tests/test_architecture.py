@@ -43,7 +43,7 @@ def _imports(module: str, tree: ast.Module) -> Iterator[str]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from server.protocol import prompts` imports the module server.protocol.prompts.
+            # `from server.protocol import prompt_texts` imports the module server.protocol.prompt_texts.
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         else:
             continue
@@ -62,7 +62,7 @@ def test_the_walk_sees_every_layer_and_the_known_edges() -> None:
     assert {m.split(".")[0] for m in MODULES} == set(LAYERS)
     assert "retrieval.engine" in GRAPH["server.container"]
     assert "storage.catalog" in GRAPH["retrieval.engine"]
-    assert "server.protocol.prompts" in GRAPH["server.protocol.uris"]
+    assert "server.protocol.prompt_texts" in GRAPH["server.protocol.prompts"]
 
 
 def test_no_module_imports_a_layer_above_it() -> None:

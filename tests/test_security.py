@@ -20,8 +20,8 @@ import pytest
 from mcp import Client
 
 from server.config.settings import token_digest
-from server.protocol import http_security
-from server.protocol.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
+from server.transport import http_security
+from server.transport.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
 from tests.helpers import CLI, ROOT
 from tests.wire import RawSession, Served, post, private_data_dir, served_http, server_env
 

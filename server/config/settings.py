@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from retrieval.governance import GovernanceConfig
 from retrieval.relevance import Logistic, TierModel
 from retrieval.requests import TOP_K_MAX, TOP_K_MIN, ContentMode, HintLanguage, SupplementMode
-from server.host_names import split_host
+from server.transport.host_names import split_host
 
 logger = logging.getLogger(__name__)
 

@@ -109,7 +109,7 @@ class AppResources:
             logger.exception("warm-up failed: the knowledge base is unavailable")
             raise
         if not runtime.engine.view().entries:
-            # Said once at start-up; every lookup then says it too (server.protocol.knowledge).
+            # Said once at start-up; every lookup then says it too (server.protocol.handlers).
             logger.warning("%s", empty_knowledge_base_message(settings.data_dir))
         return runtime
 
