@@ -278,7 +278,7 @@ def measure(
     work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = 30
 ) -> dict[str, Any]:
     """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.container import open_runtime
 
     data = work / "console-data"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from server.container import chunking_rule, open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -94,7 +94,7 @@ class _UnitVectors:
 
 
 def _fill(kb: Path, data_dir: Path, uri: str, prefix: str) -> None:
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.container import open_runtime
 
     settings = load_settings(None, data_dir=data_dir, milvus={"uri": uri, "collection_prefix": prefix})

@@ -121,7 +121,7 @@ class Clock:
 def _ingest_step(
     kb: Path, data: Path, embedder: Any, chunks: list[SyntheticChunk], clock: Clock, label: str
 ) -> dict:
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.container import open_runtime
 
     written = write_knowledge_base(kb, chunks)
@@ -174,7 +174,7 @@ def _lookups(
     reference: int | None,
 ) -> None:
     """Build one corpus size by size and measure lookups at each; at reference also profile and cold start."""
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
 
     quick = args.quick
     rounds = results["samples"]["rounds"]
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     from retrieval.embedders import create_embedder
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.container import chunking_rule
 
     # What the server loads: e5-small with the language means removed.

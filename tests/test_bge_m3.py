@@ -23,7 +23,8 @@ from retrieval.engine import Evidence, interleave
 from retrieval.ranking import rank
 from retrieval.reranker import RerankerError, create_reranker
 from retrieval.sparse import lexical_match
-from server.config.settings import Settings, load_settings
+from server.config.loading import load_settings
+from server.config.settings import Settings
 from server.container import chunking_rule, open_runtime
 from server.protocol.app import app_resources, create_server
 from storage.documents import chunk_context, discover, load_document

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from server.cli.main import main
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from server.container import Runtime, open_runtime
 from tests.helpers import ingest_into, write_knowledge_base
 
