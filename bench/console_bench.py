@@ -243,7 +243,7 @@ async def _serve_and_measure(settings: Any, embedder: Any, per_page: int, lookup
     import uvicorn
 
     from server.protocol.app import app_resources, create_server
-    from server.protocol.http_app import build_http_app
+    from server.transport.http_app import build_http_app
 
     resources = app_resources(settings, embedder=embedder)
     app = build_http_app(create_server(resources), resources, settings, transport="streamable-http")
@@ -278,8 +278,8 @@ def measure(
     work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = 30
 ) -> dict[str, Any]:
     """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
 
     data = work / "console-data"
     shutil.rmtree(data, ignore_errors=True)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.ingest import Ingestor
-from server.config.settings import load_settings
-from server.stack import chunking_rule, conversion_limits, open_runtime
+from server.config.loading import load_settings
+from server.container import chunking_rule, conversion_limits, open_runtime
 from storage.convert import convert_bytes
 from storage.convert.worker import ConversionWorker
 from storage.documents import Candidate, load_document

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from server.cli.replay import read_trace, replay
-from server.config.settings import load_settings
-from server.stack import open_runtime
+from server.config.loading import load_settings
+from server.container import open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"

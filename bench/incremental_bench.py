@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.config.settings import load_settings
-from server.stack import chunking_rule, open_runtime
+from server.config.loading import load_settings
+from server.container import chunking_rule, open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDBOOK = ROOT / "examples" / "knowledge" / "onboarding" / "operations-handbook.md"

@@ -20,8 +20,8 @@ from typing import Any
 from bench.realistic import embedded_texts
 from bench.stats import ratio_summary, summarize
 from retrieval.ingest import Ingestor
-from server.config.settings import load_settings
-from server.stack import chunking_rule, open_runtime
+from server.config.loading import load_settings
+from server.container import chunking_rule, open_runtime
 from storage.documents import ChunkingRule
 
 

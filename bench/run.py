@@ -121,8 +121,8 @@ class Clock:
 def _ingest_step(
     kb: Path, data: Path, embedder: Any, chunks: list[SyntheticChunk], clock: Clock, label: str
 ) -> dict:
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
 
     written = write_knowledge_base(kb, chunks)
     runtime = open_runtime(load_settings(None, data_dir=data), embedder=embedder)
@@ -174,7 +174,7 @@ def _lookups(
     reference: int | None,
 ) -> None:
     """Build one corpus size by size and measure lookups at each; at reference also profile and cold start."""
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
 
     quick = args.quick
     rounds = results["samples"]["rounds"]
@@ -286,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     from retrieval.embedders import create_embedder
-    from server.config.settings import load_settings
-    from server.stack import chunking_rule
+    from server.config.loading import load_settings
+    from server.container import chunking_rule
 
     # What the server loads: e5-small with the language means removed.
     embedder: Any = create_embedder("e5-small")

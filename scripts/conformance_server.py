@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 import uvicorn
 
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from server.protocol.app import app_resources, create_server
-from server.protocol.http_app import build_http_app
+from server.transport.http_app import build_http_app
 
 
 def add_suite_fixtures(mcp: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from retrieval.calibration import Figures, ZoneTargets, leave_one_out
 from server.cli.calibrate import load_set, shared_embedder
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 
 COLUMNS = (
     ("questions", "questions"),

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from retrieval.requests import LookupRequest  # noqa: E402
 from server.cli.calibrate import KB_DIR, QUESTIONS_FILE  # noqa: E402
-from server.config.settings import load_settings  # noqa: E402
-from server.stack import Runtime, lookup_service, open_runtime  # noqa: E402
+from server.config.loading import load_settings  # noqa: E402
+from server.container import Runtime, lookup_service, open_runtime  # noqa: E402
 
 EVAL = ROOT / "examples" / "eval"
 

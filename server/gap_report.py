@@ -27,7 +27,7 @@ from retrieval.gaps import (
     texts_to_embed,
 )
 from retrieval.models import Tier
-from server.stack import Runtime
+from server.container import Runtime
 from storage.log_reads import LookupRow, ReadRow, answered_lookups, document_reads, log_position, read_only
 from storage.usage_queries import DocumentUsage, document_usage
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from retrieval.ingest import IngestError, IngestReport
-from server.stack import Runtime, catalog_path, log_pull
+from server.container import Runtime, catalog_path, log_pull
 from storage.catalog import Catalog
 from storage.shared_sync import pull
 from storage.vector_store import StoreError

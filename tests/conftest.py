@@ -136,7 +136,7 @@ def data_dir(
 @pytest.fixture
 def make_settings(data_dir: Path) -> Callable[..., Any]:
     """Settings over this test's data directory, with optional overrides."""
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
 
     def make(config_path: Path | None = None, **overrides: Any) -> Any:
         return load_settings(config_path, **{"data_dir": data_dir, **overrides})

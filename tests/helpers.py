@@ -115,8 +115,8 @@ def write_knowledge_base(root: Path, docs: Mapping[str, str | bytes]) -> Path:
 
 def ingest_into(data_dir: Path, kb: Path, embedder: Any, milvus: dict[str, Any] | None = None) -> Any:
     """Ingest kb into data_dir with the given embedder; the report, asserted free of failures."""
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
 
     runtime = open_runtime(load_settings(None, data_dir=data_dir, milvus=milvus), embedder=embedder)
     try:

@@ -1,4 +1,5 @@
-"""The layout rules, checked on the source: layers, cycles, function length, private SDK use.
+"""The layout rules, checked on the source: layers, cycles, function and module length, private SDK
+use, and the folders of server/ (the MCP surface, the transports, the composition root).
 
 The import graph counts every import statement, including those inside functions: an import
 deferred for start-up speed still ties two modules together.
@@ -43,7 +44,7 @@ def _imports(module: str, tree: ast.Module) -> Iterator[str]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from server.protocol import prompts` imports the module server.protocol.prompts.
+            # `from server.protocol import prompt_texts` imports the module server.protocol.prompt_texts.
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         else:
             continue
@@ -60,9 +61,9 @@ def _layer(module: str) -> int:
 def test_the_walk_sees_every_layer_and_the_known_edges() -> None:
     # Guards the checks below against passing on an empty or misread graph.
     assert {m.split(".")[0] for m in MODULES} == set(LAYERS)
-    assert "retrieval.engine" in GRAPH["server.stack"]
+    assert "retrieval.engine" in GRAPH["server.container"]
     assert "storage.catalog" in GRAPH["retrieval.engine"]
-    assert "server.protocol.prompts" in GRAPH["server.protocol.uris"]
+    assert "server.protocol.prompt_texts" in GRAPH["server.protocol.prompts"]
 
 
 def test_no_module_imports_a_layer_above_it() -> None:
@@ -146,3 +147,144 @@ def test_private_sdk_attributes_and_type_ignores_stay_in_the_adapter() -> None:
         if _module_name(path) != SDK_ADAPTER and "type: ignore" in path.read_text(encoding="utf-8"):
             offenders.append(f"{_module_name(path)}: type: ignore")
     assert offenders == []
+
+
+# The folders of server/: the MCP surface (protocol/) and the transports with their hardening
+# (transport/). A transport carries requests to the surface without knowing its handlers; the
+# surface reads what a request carried (principal, peer) and marks it recorded for the guard, but
+# never picks a transport: the CLI does.
+SURFACE = "server.protocol."
+TRANSPORT = "server.transport."
+# What a transport may use of the surface: the SDK adapter and the resources it serves.
+SURFACE_FOR_TRANSPORTS = {"server.protocol.sdk", "server.protocol.lifespan"}
+# The surface's only ways into transport/: the app factory installs the request guard, the
+# recorder reads the request's principal and peer and tells the guard the call is logged, and the
+# session resolver asks whether a peer is loopback.
+TRANSPORT_FOR_SURFACE = {
+    "server.protocol.app": {"server.transport.request_guard"},
+    "server.protocol.recorder": {"server.transport.http_security", "server.transport.request_guard"},
+    "server.protocol.session": {"server.transport.http_security"},
+}
+# The transports themselves, which only the command line starts.
+TRANSPORT_ENTRIES = {"server.transport.http_app", "server.transport.stdio"}
+# The modules that import the MCP SDK: the surface, the transports, and replay (an in-process client).
+SDK_IMPORTERS = (SURFACE, TRANSPORT, "server.cli.replay")
+# The composition root, the one place that builds the retrieval stack from the settings.
+COMPOSITION_ROOT = "server.container"
+WIRED_IN_THE_ROOT = {
+    "KnowledgeEngine",
+    "LookupService",
+    "MilvusVectorStore",
+    "SharedCatalog",
+    "Ingestor",
+    "ActionMemory",
+}
+MAX_MODULE_LINES = 400
+# Modules over the limit that are still to be split; no module may join them.
+KNOWN_LONG_MODULES = {
+    "retrieval.answer",
+    "retrieval.calibration",
+    "retrieval.service",
+    "storage.catalog",
+    "storage.documents",
+    "storage.invocation_log",
+    "storage.lite_share",
+}
+
+
+def _edges(source: str, target: str) -> list[str]:
+    return sorted(
+        f"{module} -> {imported}"
+        for module, imported_set in GRAPH.items()
+        if module.startswith(source)
+        for imported in imported_set
+        if imported.startswith(target)
+    )
+
+
+def test_the_folder_rules_see_the_known_edges() -> None:
+    # Guards the folder checks against passing on renamed or missing modules.
+    assert SURFACE_FOR_TRANSPORTS | set(TRANSPORT_FOR_SURFACE) | TRANSPORT_ENTRIES <= set(MODULES)
+    assert all(targets <= set(MODULES) for targets in TRANSPORT_FOR_SURFACE.values())
+    assert "server.transport.request_guard" in GRAPH["server.protocol.app"]
+    assert "server.transport.http_app" in GRAPH["server.cli.serve"]
+    assert COMPOSITION_ROOT in GRAPH["server.protocol.lifespan"]
+
+
+def test_transports_use_only_the_sdk_adapter_and_the_resources_of_the_surface() -> None:
+    beyond = [
+        edge for edge in _edges(TRANSPORT, SURFACE) if edge.split(" -> ")[1] not in SURFACE_FOR_TRANSPORTS
+    ]
+    assert beyond == []
+
+
+def test_transports_never_import_retrieval_or_storage() -> None:
+    assert _edges(TRANSPORT, "retrieval.") + _edges(TRANSPORT, "storage.") == []
+
+
+def test_the_surface_reaches_transport_only_where_a_request_needs_it() -> None:
+    beyond = [
+        edge
+        for edge in _edges(SURFACE, TRANSPORT)
+        if edge.split(" -> ")[1] not in TRANSPORT_FOR_SURFACE.get(edge.split(" -> ")[0], set())
+    ]
+    assert beyond == []
+
+
+def test_only_the_command_line_starts_a_transport() -> None:
+    starters = [
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        for target in targets & TRANSPORT_ENTRIES
+        if not module.startswith("server.cli.")
+    ]
+    assert starters == []
+
+
+def test_only_the_surface_the_transports_and_replay_import_the_sdk() -> None:
+    importers = []
+    for module, tree in MODULES.items():
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(name.split(".")[0] in {"mcp", "mcp_types"} for name in names):
+                importers.append(module)
+    assert importers, "the walk found no SDK import at all"
+    assert sorted({m for m in importers if not m.startswith(SDK_IMPORTERS)}) == []
+
+
+def test_the_retrieval_stack_is_built_only_in_the_composition_root() -> None:
+    builders = sorted(
+        f"{module}: {node.func.id}"
+        for module, tree in MODULES.items()
+        if module.startswith("server.") and module != COMPOSITION_ROOT
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in WIRED_IN_THE_ROOT
+    )
+    assert builders == []
+    root_calls = {
+        node.func.id
+        for node in ast.walk(MODULES[COMPOSITION_ROOT])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert root_calls >= WIRED_IN_THE_ROOT
+
+
+def test_no_new_module_is_longer_than_four_hundred_lines() -> None:
+    lengths = {
+        _module_name(path): len(path.read_text(encoding="utf-8").splitlines())
+        for layer in LAYERS
+        for path in (ROOT / layer).rglob("*.py")
+    }
+    long = sorted(
+        f"{m}: {n} lines" for m, n in lengths.items() if n > MAX_MODULE_LINES and m not in KNOWN_LONG_MODULES
+    )
+    assert long == []
+    assert all(module in lengths for module in KNOWN_LONG_MODULES)

@@ -23,9 +23,10 @@ from retrieval.engine import Evidence, interleave
 from retrieval.ranking import rank
 from retrieval.reranker import RerankerError, create_reranker
 from retrieval.sparse import lexical_match
-from server.config.settings import Settings, load_settings
+from server.config.loading import load_settings
+from server.config.settings import Settings
+from server.container import chunking_rule, open_runtime
 from server.protocol.app import app_resources, create_server
-from server.stack import chunking_rule, open_runtime
 from storage.documents import chunk_context, discover, load_document
 from storage.vector_store import LAYOUT
 from tests.bge_tiny import HIDDEN, build_tiny_bge_m3, build_tiny_reranker

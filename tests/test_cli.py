@@ -14,7 +14,7 @@ import yaml
 from retrieval.calibration import Figures
 from server.cli.calibrate import print_report
 from server.cli.main import main
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from tests.conftest import SAMPLE_KB
 from tests.helpers import CLI, ROOT, cli_env
 

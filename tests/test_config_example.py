@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from server.config.settings import ENV_PREFIX, Settings, load_settings, reload_rules
+from server.config.loading import load_settings
+from server.config.sections import ENV_PREFIX
+from server.config.settings import Settings, reload_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config.example.yaml"

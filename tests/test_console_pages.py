@@ -10,7 +10,8 @@ import anyio
 import pytest
 from starlette.testclient import TestClient
 
-from server.config.settings import Settings, load_settings
+from server.config.loading import load_settings
+from server.config.settings import Settings
 from server.console.app import Console, console_app
 from storage.invocation_log import InvocationLog
 from storage.log_digest import LogDigest

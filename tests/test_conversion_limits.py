@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from retrieval.ingest import Ingestor
-from server.config.settings import load_settings
-from server.stack import chunking_rule, open_runtime
+from server.config.loading import load_settings
+from server.container import chunking_rule, open_runtime
 from storage.convert import ConversionError
 from storage.convert.worker import ConversionLimits, ConversionWorker
 from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base

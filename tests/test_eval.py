@@ -21,7 +21,7 @@ from server.cli.replay import (
     read_trace,
     replay,
 )
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from tests.helpers import ingest_into
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

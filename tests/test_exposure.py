@@ -18,7 +18,7 @@ from server.protocol.session import SessionKeyError, resolve_session
 from tests.wire import RawSession, StdioPeer, private_data_dir, served_http, server_env
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"
-PROXIED_PEER = "a client behind a proxy"  # server.protocol.http_security.PROXIED_PEER
+PROXIED_PEER = "a client behind a proxy"  # server.transport.http_security.PROXIED_PEER
 
 
 @pytest.mark.slow

@@ -85,8 +85,8 @@ def _kill_midway(ingest: Sequence[str], env: dict[str, str], data_dir: Path) -> 
 def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_duplicates(
     tmp_path: Path, e5_embedder: Any
 ) -> None:
-    from server.config.settings import load_settings
-    from server.stack import chunking_rule, open_runtime
+    from server.config.loading import load_settings
+    from server.container import chunking_rule, open_runtime
     from storage.documents import discover, load_document
 
     total = 60

@@ -21,8 +21,8 @@ import anyio
 import pytest
 
 from retrieval.ingest import Ingestor
-from server.config.settings import load_settings
-from server.stack import chunking_rule, conversion_limits, open_runtime
+from server.config.loading import load_settings
+from server.container import chunking_rule, conversion_limits, open_runtime
 from server.watch import FolderWatcher, watch_ingest
 from storage.convert.worker import ConversionWorker
 from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base

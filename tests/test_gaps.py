@@ -15,7 +15,7 @@ from mcp import Client
 
 from retrieval.gaps import group_gaps, select_gaps
 from server.cli.main import main
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from server.protocol.app import app_resources, create_server
 from storage.log_reads import LookupRow, ReadRow
 from tests.test_invocation_log import rows

@@ -16,7 +16,8 @@ from retrieval.governance import (
     water_level,
 )
 from retrieval.models import NextCall, Tier, WaterLevel
-from server.config.settings import ConfigError, load_settings
+from server.config.errors import ConfigError
+from server.config.loading import load_settings
 
 ALLOW, TARGETED, STOP = NextCall.ALLOW, NextCall.TARGETED_ONLY, NextCall.STOP
 

@@ -7,7 +7,7 @@ import weakref
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.models import Tier
 from retrieval.service import _GradeCache
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from storage.keyword_index import KeywordIndex
 from storage.lexical_index import LexicalIndex
 

@@ -15,8 +15,10 @@ from mcp import Client
 from pydantic import BaseModel
 
 from server.cli.main import main
+from server.config.loading import load_settings
 from server.config.reload import SettingsHolder
-from server.config.settings import HOT, Settings, load_settings, reload_rules, restart_only_paths
+from server.config.sections import HOT
+from server.config.settings import Settings, reload_rules, restart_only_paths
 from server.protocol.app import create_server
 from storage.invocation_log import hash_text
 

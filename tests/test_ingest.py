@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from retrieval.ingest import ForeignRootError
-from server.config.settings import load_settings
-from server.stack import Runtime, open_runtime
+from server.config.loading import load_settings
+from server.container import Runtime, open_runtime
 from storage.vector_store import MilvusVectorStore, StoreError
 from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base
 

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from server.config.settings import token_digest
+from server.config.http_settings import token_digest
 from server.protocol.session import SessionKeyError, resolve_session
 from tests.wire import (
     INITIALIZE,

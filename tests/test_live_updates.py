@@ -260,8 +260,8 @@ async def test_a_reload_after_an_ingest_runs_off_the_event_loop_and_the_lookup_g
 async def test_watching_another_knowledge_base_logs_the_refusal_and_keeps_the_index(
     data_dir: Path, e5_embedder: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
     from server.watch import watch_ingest
 
     other = tmp_path / "other-kb"

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from server.config.settings import HttpSettings
+from server.config.http_settings import HttpSettings
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow

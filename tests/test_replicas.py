@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from server.config.settings import load_settings
-from server.stack import Runtime, open_runtime
+from server.config.loading import load_settings
+from server.container import Runtime, open_runtime
 from storage.catalog import CatalogEntry, DocumentRecord, PlannedChunk
 from storage.shared_catalog import SharedCatalog, decode, encode
 from storage.shared_lease import IngestLease

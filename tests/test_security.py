@@ -19,9 +19,9 @@ import httpx
 import pytest
 from mcp import Client
 
-from server.config.settings import token_digest
-from server.protocol import http_security
-from server.protocol.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
+from server.config.http_settings import token_digest
+from server.transport import http_security
+from server.transport.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
 from tests.helpers import CLI, ROOT
 from tests.wire import RawSession, Served, post, private_data_dir, served_http, server_env
 
@@ -238,7 +238,7 @@ async def test_the_token_is_compared_in_constant_time_against_every_principal(
 
 
 def test_http_binds_loopback_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
 
     monkeypatch.delenv("LOOKUP_KNOWLEDGE_HTTP__HOST", raising=False)
     settings = load_settings(None, data_dir=tmp_path)
@@ -348,8 +348,8 @@ async def test_with_log_queries_off_no_query_text_reaches_the_log(make_server: A
 
 
 def test_ingest_refuses_files_and_directories_that_escape_the_root(tmp_path: Path, e5_embedder: Any) -> None:
-    from server.config.settings import load_settings
-    from server.stack import open_runtime
+    from server.config.loading import load_settings
+    from server.container import open_runtime
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -10,15 +10,11 @@ import pytest
 from pydantic import BaseModel
 
 from server.cli.main import main
-from server.config.settings import (
-    DEFAULT_PRINCIPAL,
-    ENV_PREFIX,
-    ConfigError,
-    Settings,
-    load_settings,
-    token_digest,
-    unknown_env_sections,
-)
+from server.config.errors import ConfigError
+from server.config.http_settings import DEFAULT_PRINCIPAL, token_digest
+from server.config.loading import load_settings, unknown_env_sections
+from server.config.sections import ENV_PREFIX
+from server.config.settings import Settings
 
 # Every check here fails before anything is opened; the bound only matters if that regresses
 # and a lookup runs instead.

@@ -149,7 +149,7 @@ def test_state_is_private_and_an_empty_knowledge_base_is_an_error_naming_the_fix
 async def test_every_tool_and_the_map_say_the_knowledge_base_is_empty(
     tmp_path: Path, e5_embedder: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.protocol.app import app_resources, create_server
 
     data_dir = tmp_path / "empty"

@@ -18,7 +18,7 @@ from mcp import Client
 
 from server.cli.errors import CommandError
 from server.cli.stats import StatsArgumentError, cmd_stats, parse_since
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 from server.log_summary import similarity_bins, summarize
 from server.protocol.app import create_server
 from storage.invocation_log import InvocationLog

@@ -15,7 +15,7 @@ from retrieval import calibration
 from retrieval.calibration import KnowledgeBase, LabelledQuery
 from retrieval.models import Tier
 from retrieval.relevance import DEFAULT_SUPPLEMENT_MARGIN
-from server.config.settings import load_settings
+from server.config.loading import load_settings
 
 
 def _graded(tier: Tier, *scored: tuple[str, float]) -> SimpleNamespace:

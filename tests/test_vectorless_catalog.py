@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from server.cli.main import main
-from server.config.settings import load_settings
-from server.stack import Runtime, open_runtime
+from server.config.loading import load_settings
+from server.container import Runtime, open_runtime
 from tests.helpers import ingest_into, write_knowledge_base
 
 pytestmark = pytest.mark.timeout(300)
@@ -40,7 +40,7 @@ def test_a_dropped_collection_empties_the_catalog_and_the_next_ingest_embeds_eve
     runtime.store._client.drop_collection(runtime.store.collection)
     runtime.close()
 
-    with caplog.at_level(logging.WARNING, logger="server.stack"):
+    with caplog.at_level(logging.WARNING, logger="server.container"):
         runtime = _open(data, e5_embedder)
     try:
         assert runtime.engine.view().entries == {}
@@ -90,7 +90,7 @@ def test_a_milvus_without_the_vectors_makes_lookup_say_empty_and_ingest_embed_ag
         shutil.rmtree(data / "milvus.db")
     flags = ("--data-dir", str(data))
 
-    with caplog.at_level(logging.WARNING, logger="server.stack"):
+    with caplog.at_level(logging.WARNING, logger="server.container"):
         code, out, err = _cli(capsys, "lookup", QUERY, *flags)
     assert code == 2 and out == "" and err.startswith("error: the knowledge base is empty")
     assert f"the catalog listed {len(DOCS)} documents" in caplog.text

@@ -49,7 +49,7 @@ def blocking_client(data_dir: Path, embedder: Any) -> Iterator[tuple[Any, Any]]:
     from anyio.from_thread import start_blocking_portal
     from mcp import Client
 
-    from server.config.settings import load_settings
+    from server.config.loading import load_settings
     from server.protocol.app import app_resources, create_server
 
     settings = load_settings(None, data_dir=data_dir)

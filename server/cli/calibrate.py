@@ -29,7 +29,7 @@ from retrieval.engine import KnowledgeView
 from server.cli.errors import CommandError
 from server.config.settings import Settings
 from server.config.yaml_entry import YamlEntryError, set_entry
-from server.stack import load_embedder, open_runtime
+from server.container import load_embedder, open_runtime
 
 _COLUMNS = (
     ("codes PRECISE", "codes_precise"),

@@ -20,9 +20,7 @@ from server.cli.errors import CommandError
 from server.cli.progress import ProgressBar
 from server.config.data_dir import DataDirError, empty_knowledge_base_message
 from server.config.settings import Settings
-from server.inputs import Domain, InputError, Query, TopK, parse
-from server.rendering import render_lookup, render_map
-from server.stack import (
+from server.container import (
     EmptyKnowledgeBaseError,
     Runtime,
     described_map,
@@ -30,6 +28,8 @@ from server.stack import (
     lookup_view,
     open_runtime,
 )
+from server.inputs import Domain, InputError, Query, TopK, parse
+from server.rendering import render_lookup, render_map
 from server.watch import ingest_lock
 from storage.vector_store import StoreError
 

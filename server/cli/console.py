@@ -18,8 +18,8 @@ from server.cli.errors import CommandError
 from server.cli.listen import BindError, address_text, bind_listeners
 from server.config.settings import Settings
 from server.console.app import Console, ConsoleUnavailable, console_app
-from server.protocol.http_security import BearerAuthMiddleware, HostOriginGuard, host_policy, warn_if_exposed
-from server.stack import Runtime, open_runtime
+from server.container import Runtime, open_runtime
+from server.transport.http_security import BearerAuthMiddleware, HostOriginGuard, host_policy, warn_if_exposed
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from server.cli.replay import (
     to_json,
 )
 from server.config.settings import Settings
-from server.stack import load_embedder
+from server.container import load_embedder
 from storage.vector_store import StoreError
 
 

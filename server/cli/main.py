@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from server.cli.errors import CommandError
-from server.config.settings import (
-    AUTH_TOKEN_ENV,
-    ConfigError,
-    Settings,
-    config_path_from_env,
-    load_settings,
-)
+from server.config.errors import ConfigError
+from server.config.http_settings import AUTH_TOKEN_ENV
+from server.config.loading import config_path_from_env, load_settings
+from server.config.settings import Settings
 
 logger = logging.getLogger("lookup_knowledge")
 

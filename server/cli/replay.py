@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from retrieval.embedders import Embedder
 from retrieval.models import BLOCKING_REASONS
 from retrieval.service import estimate_tokens
-from server.config.settings import LogSettings, Settings
+from server.config.sections import LogSettings
+from server.config.settings import Settings
 from server.inputs import Domain, MissingDimension, Query, TopK
 from server.protocol.app import app_resources, create_server
 from storage.vector_store import MilvusVectorStore

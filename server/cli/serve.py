@@ -15,11 +15,11 @@ from server.cli.listen import BindError, address_text, bind_listeners
 from server.config.data_dir import DataDirError, check_invocation_log, prepare_data_dir
 from server.config.settings import Settings
 from server.protocol.app import app_resources, create_server
-from server.protocol.http_app import build_http_app
-from server.protocol.http_security import warn_if_exposed
 from server.protocol.lifespan import AppResources
 from server.protocol.session import new_stdio_key
-from server.protocol.stdio_transport import run_stdio
+from server.transport.http_app import build_http_app
+from server.transport.http_security import warn_if_exposed
+from server.transport.stdio import run_stdio
 from storage import lite_share
 from storage.vector_store import StoreError, check_reachable, is_lite_uri
 

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from server.config.settings import ConfigError, Settings, load_settings, restart_only_paths
+from server.config.errors import ConfigError
+from server.config.loading import load_settings
+from server.config.settings import Settings, restart_only_paths
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from server.cli.stats import StatsArgumentError, parse_since
 from server.config.settings import Settings
 from server.console import pages
+from server.container import Runtime
 from server.gap_report import GapReport, GapReporter
-from server.stack import Runtime
 from storage import usage_queries
 from storage.log_digest import LogDigest, Overview, SessionRow
 from storage.log_reads import log_position, read_only

@@ -14,12 +14,13 @@ from retrieval.embedders import Embedder
 from retrieval.tracker import Clock
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
-from server.protocol.calls import CallRecorder
-from server.protocol.knowledge import KnowledgeCalls
+from server.protocol.handlers import KnowledgeHandlers
 from server.protocol.lifespan import AppResources
-from server.protocol.request_guard import RequestGuard, accept_logging_level
+from server.protocol.prompts import register_prompts
+from server.protocol.recorder import CallRecorder
+from server.protocol.resources import register_resources
 from server.protocol.tools import register_tools
-from server.protocol.uris import register_prompts, register_resources
+from server.transport.request_guard import RequestGuard, accept_logging_level
 from storage.vector_store import MilvusVectorStore
 
 SERVER_NAME = "lookup-knowledge-mcp"
@@ -50,12 +51,12 @@ def create_server(resources: AppResources) -> MCPServer[AppResources]:
         SERVER_NAME, instructions=INSTRUCTIONS, lifespan=_lifespan(resources), log_level="WARNING"
     )
     recorder = CallRecorder(resources)
-    calls = KnowledgeCalls(resources, recorder)
+    handlers = KnowledgeHandlers(resources, recorder)
     mcp.middleware.append(RequestGuard(mcp, audit=recorder.unhandled))
     accept_logging_level(mcp)
-    register_tools(mcp, calls)
-    register_resources(mcp, calls)
-    register_prompts(mcp, calls)
+    register_tools(mcp, handlers)
+    register_resources(mcp, handlers)
+    register_prompts(mcp, handlers)
     return mcp
 
 

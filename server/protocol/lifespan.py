@@ -23,9 +23,9 @@ from retrieval.tracker import Clock, SessionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
+from server.container import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from server.heap import ServingHeap
 from server.protocol.session import TransportSession
-from server.stack import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from storage.invocation_log import InvocationLog
 from storage.log_retention import Retention
 from storage.schema import SchemaVersionError
@@ -109,7 +109,7 @@ class AppResources:
             logger.exception("warm-up failed: the knowledge base is unavailable")
             raise
         if not runtime.engine.view().entries:
-            # Said once at start-up; every lookup then says it too (server.protocol.knowledge).
+            # Said once at start-up; every lookup then says it too (server.protocol.handlers).
             logger.warning("%s", empty_knowledge_base_message(settings.data_dir))
         return runtime
 

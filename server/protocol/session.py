@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from retrieval.models import SessionScope
-from server.protocol.http_security import is_loopback
+from server.transport.http_security import is_loopback
 
 EXPLICIT_HEADER = "x-session-id"
 META_KEY = "session_id"

@@ -1,4 +1,4 @@
-"""The MCP tools: their names, argument types, annotations and descriptions. Each makes one call."""
+"""The MCP tools: their names, argument types, annotations and descriptions. Each makes one handler call."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from mcp_types import CallToolResult, ToolAnnotations
 from retrieval.models import KnowledgeMap, LookupResult, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
 from server.inputs import DocKey, Domain, MissingDimension, Query, SectionName, TopK
-from server.protocol.knowledge import KnowledgeCalls
+from server.protocol.handlers import KnowledgeHandlers
 from server.protocol.output_schema import published
 from server.protocol.sdk import registered_tools
 
 _READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False)
 
 
-def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
+def register_tools(mcp: MCPServer[Any], handlers: KnowledgeHandlers) -> None:
     @mcp.tool(annotations=_READ_ONLY)
     async def lookup_knowledge(
         query: Query,
@@ -40,7 +40,7 @@ def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
         Stopping with partial information is acceptable; repeating a lookup is not.
         """
         request = LookupRequest(query, domain, top_k, missing_dimension)
-        return await calls.lookup(ctx.request_context, request)
+        return await handlers.lookup(ctx.request_context, request)
 
     @mcp.tool(annotations=_READ_ONLY)
     async def read_knowledge_doc(doc_key: DocKey, ctx: Context, section: SectionName = None) -> ReadResult:
@@ -50,7 +50,7 @@ def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
         it; pass a heading from the result's sections, or omit section for the whole document. What this
         session already holds is left out. The same as reading the resource knowledge://doc/{doc_key}.
         """
-        return await calls.read(ctx.request_context, "read_knowledge_doc", doc_key, section)
+        return await handlers.read(ctx.request_context, "read_knowledge_doc", doc_key, section)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     async def reset_session(ctx: Context) -> ResetResult:
@@ -58,7 +58,7 @@ def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
 
         Call it when you start a new, unrelated task in the same conversation or process.
         """
-        return await calls.reset(ctx.request_context)
+        return await handlers.reset(ctx.request_context)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False))
     async def list_knowledge_domains(ctx: Context) -> KnowledgeMap:
@@ -66,7 +66,7 @@ def register_tools(mcp: MCPServer[Any], calls: KnowledgeCalls) -> None:
 
         For planning: route each step that needs knowledge to one domain.
         """
-        return await calls.list_domains(ctx.request_context)
+        return await handlers.list_domains(ctx.request_context)
 
     for tool in registered_tools(mcp):
         if tool.fn_metadata.output_schema is not None:

@@ -22,11 +22,11 @@ from retrieval.embedders import EmbedderError
 from retrieval.service import LookupOutcome, ReadOutcome, UnknownDocumentError, UnknownDomainError
 from server.inputs import LOGGED_ARGUMENT_LIMITS
 from server.protocol.admission import ServerBusyError
-from server.protocol.http_security import peer_host, principal_of
 from server.protocol.lifespan import AppResources, WarmupError
-from server.protocol.request_guard import mark_recorded
 from server.protocol.sdk import connection_of
 from server.protocol.session import SessionIdentity, SessionKeyError, resolve_session
+from server.transport.http_security import peer_host, principal_of
+from server.transport.request_guard import mark_recorded
 from storage.invocation_log import InvocationRecord
 
 logger = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """What the MCP handlers call: one method per tool, resource and prompt, over the lookup service.
 
 Each method runs inside the call recorder where the call is a tool call, and turns the service's
-result into what the protocol returns. The handlers in ``tools.py`` and ``uris.py`` only
-declare the interface and make one call here.
+result into what the protocol returns. The handlers in ``tools.py``, ``resources.py`` and
+``prompts.py`` only declare the interface and make one call here.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from mcp_types import CallToolResult, TextContent
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
 from retrieval.service import UnknownDocumentError
+from server.container import EmptyKnowledgeBaseError, described_map, lookup_view
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
-from server.protocol import prompts
+from server.protocol import prompt_texts
 from server.protocol.admission import InFlight
-from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
+from server.protocol.recorder import CallRecorder
 from server.rendering import render_lookup
-from server.stack import EmptyKnowledgeBaseError, described_map, lookup_view
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 Request = ServerRequestContext[Any, Any]
 
 
-class KnowledgeCalls:
+class KnowledgeHandlers:
     """The body of every MCP handler of one server."""
 
     def __init__(self, resources: AppResources, recorder: CallRecorder) -> None:
@@ -131,7 +131,7 @@ class KnowledgeCalls:
         return found
 
     async def planner_prompt(self, language: PromptLanguage) -> str:
-        return prompts.planner_prompt(await self.knowledge_map(), language)
+        return prompt_texts.planner_prompt(await self.knowledge_map(), language)
 
     async def stats(self) -> str:
         """The whole log's summary plus the live writer's health, as JSON (knowledge://stats)."""

@@ -1,4 +1,4 @@
-"""Opening the retrieval stack from settings: catalog, Milvus store, embedder, engine, service.
+"""The composition root: from the settings, open and wire catalog, Milvus store, embedder, engine, service.
 
 Shared by the CLI commands and the MCP server's lifespan. Everything here is synchronous and
 slow (model load, Milvus start): the server runs it in a background thread so that

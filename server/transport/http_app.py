@@ -10,14 +10,14 @@ from mcp.server.mcpserver import MCPServer
 
 from server.config.settings import Settings
 from server.console.app import Console, ConsoleUnavailable, WithConsole, console_app
-from server.protocol.http_security import (
+from server.container import Runtime
+from server.protocol.lifespan import AppResources, WarmupError
+from server.transport.http_security import (
     BearerAuthMiddleware,
     HostOriginGuard,
     host_policy,
     transport_security,
 )
-from server.protocol.lifespan import AppResources, WarmupError
-from server.stack import Runtime
 
 
 def build_http_app(

@@ -21,7 +21,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.host_names import origin_host, split_host
+from server.transport.host_names import origin_host, split_host
 
 logger = logging.getLogger(__name__)
 

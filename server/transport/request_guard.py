@@ -6,7 +6,7 @@ The SDK builds each tool's argument model with extra fields allowed, so a misspe
 This middleware turns it into an ``isError`` result that names the argument, like any other
 argument validation failure, so the caller can correct itself.
 
-The tool handlers log their own calls (``CallRecorder.call`` in server.protocol.calls). A call that never
+The tool handlers log their own calls (``CallRecorder.call`` in server.protocol.recorder). A call that never
 reaches a handler (refused here, an argument that fails validation, an unknown tool, a
 malformed ``tools/call``) is logged here instead, through the ``audit`` hook: a per-request
 ``ToolAudit`` tells the two apart.
