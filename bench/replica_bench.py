@@ -13,8 +13,8 @@ For each size (1k, 10k chunks of bench.corpus, one chunk per document) on one Mi
   delay from the ingest's commit (the generation moving) to the replica's first lookup that
   answers the edited document is timed.
 
-Ingest from scratch is measured at ``scratch`` sizes only (default 1k: at 10k it takes this
-machine about 40 minutes, too long for ``make bench``; ``--scratch-sizes 1000,10000`` measures
+Ingest from scratch is measured at ``scratch`` sizes only (default 1k: at 10k it took this
+machine 48 minutes, too long for ``make bench``; ``--scratch-sizes 1000,10000`` measures
 it). At the other sizes the server is filled by the same ingest with random unit vectors under
 e5-small's name (the replica pulls the same catalog and searches as many vectors, whatever their
 values), and the figure last measured at that size is carried over from the results file, with
