@@ -48,7 +48,7 @@ EDITED = (
 # The delay docs/scaling.md states: a change committed elsewhere is answered within
 # sync_interval_s plus one sync's own work, which it bounds at PULL_BOUND_S for a few documents.
 SYNC_S = 1.0
-PULL_BOUND_S = 5.0
+PULL_BOUND_S = 10.0
 STATED_DELAY_S = SYNC_S + PULL_BOUND_S
 
 
