@@ -1,4 +1,4 @@
-"""Replica start-up on a Milvus server: time to first answer with an empty data directory.
+"""Replica start-up and propagation on a Milvus server: an empty data directory to first answer, an edit to every replica.
 
 For each size (1k, 10k chunks of bench.corpus, one chunk per document) on one Milvus 2.3.5 server:
 
@@ -7,12 +7,18 @@ For each size (1k, 10k chunks of bench.corpus, one chunk per document) on one Mi
   cold ``serve`` over stdio on that data directory, to its first lookup answered;
 - **replica start**: a cold ``serve`` over stdio with an empty data directory on the populated
   prefix, to its first lookup answered (interpreter, model load, catalog pull from Milvus, first
-  search). The serving process logs what it pulled and how many passages it embedded (0).
+  search). The serving process logs what it pulled and how many passages it embedded (0);
+- **propagation**: a replica serving over HTTP with the default ``milvus.sync_interval_s``; a few
+  times, one document is edited to name a new identifier and ingested in this process, and the
+  delay from the ingest's commit (the generation moving) to the replica's first lookup that
+  answers the edited document is timed.
 
-Ingest from scratch is measured at ``scratch`` sizes only (default 1k: 10k takes this machine
-over an hour); at the other sizes the server is filled by the same ingest with random unit
-vectors under e5-small's name (the replica pulls the same catalog and searches as many vectors,
-whatever their values), and the current path is estimated from the measured rate, per chunk.
+Ingest from scratch is measured at ``scratch`` sizes only (default 1k: at 10k it took this
+machine 48 minutes, too long for ``make bench``; ``--scratch-sizes 1000,10000`` measures
+it). At the other sizes the server is filled by the same ingest with random unit vectors under
+e5-small's name (the replica pulls the same catalog and searches as many vectors, whatever their
+values), and the figure last measured at that size is carried over from the results file, with
+its date.
 
 Writes ``bench/results/replicas.json`` and the "Replica start-up" section of docs/benchmarks.md.
 Run by ``make bench`` through bench.server_bench, on the server it starts.
@@ -32,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -93,16 +100,29 @@ class _UnitVectors:
         return len(text.split()) + 2
 
 
-def _fill(kb: Path, data_dir: Path, uri: str, prefix: str) -> None:
+def _fill(kb: Path, data_dir: Path, uri: str, prefix: str, embedder: Any) -> float | None:
+    """Ingest kb in this process; the monotonic time its last generation was committed (None: no change)."""
     from server.config.loading import load_settings
     from server.container import open_runtime
+    from storage.shared_sync import SharedMirror
+
+    committed: list[float] = []
+
+    class TimedMirror(SharedMirror):
+        def commit(self) -> None:
+            moved = self._changed
+            super().commit()
+            if moved:
+                committed.append(time.monotonic())
 
     settings = load_settings(None, data_dir=data_dir, milvus={"uri": uri, "collection_prefix": prefix})
-    runtime = open_runtime(settings, embedder=_UnitVectors())
-    try:
-        runtime.ingestor().run(kb)
-    finally:
-        runtime.close()
+    with mock.patch("server.container.SharedMirror", TimedMirror):
+        runtime = open_runtime(settings, embedder=embedder)
+        try:
+            runtime.ingestor().run(kb)
+        finally:
+            runtime.close()
+    return committed[-1] if committed else None
 
 
 def _ingest_from_scratch(kb: Path, data_dir: Path, uri: str, prefix: str, stderr: Path) -> float:
@@ -119,7 +139,55 @@ def _ingest_from_scratch(kb: Path, data_dir: Path, uri: str, prefix: str, stderr
     return time.perf_counter() - started
 
 
-def _one_size(size: int, uri: str, work: Path, starts: int, scratch: bool) -> dict[str, Any]:
+def _answered_after(url: str, query: str, doc_key: str, since: float, timeout_s: float = 120.0) -> float:
+    """Seconds from ``since`` until a lookup of query on the replica at url answers doc_key."""
+    from tests.wire import RawSession
+
+    while True:
+        result = RawSession(url).call_tool("lookup_knowledge", {"query": query})["result"]
+        primary = (result.get("structuredContent") or {}).get("primary") or {}
+        elapsed = time.monotonic() - since
+        if primary.get("doc_key") == doc_key:
+            return elapsed
+        if elapsed > timeout_s:
+            raise RuntimeError(f"{doc_key} not answered for {query!r} within {timeout_s:g}s: {result}")
+        time.sleep(0.05)
+
+
+def _propagation(
+    kb: Path, items: list[Any], ingester: Path, uri: str, prefix: str, edits: int
+) -> dict[str, Any]:
+    """Median delay, over ``edits`` edits, from an ingest's commit to a serving replica answering it."""
+    from server.config.settings import MilvusSettings
+    from tests.wire import served_http
+
+    sync_s = MilvusSettings().sync_interval_s
+    delays = []
+    work = ingester.parent
+    with served_http(
+        _env(work / f"follower-{prefix}", uri, prefix), work / f"follower-{prefix}-logs"
+    ) as follower:
+        _answered_after(follower.url, identifier_query(items[0]), items[0].relative_path, time.monotonic())
+        for n in range(edits):
+            item = items[(n + 1) * len(items) // (edits + 1)]
+            token = f"REPLICA_EDIT_{n}_{os.getpid()}"
+            (kb / item.relative_path).write_text(
+                f"{item.markdown()}\n{token} names this edit.\n", encoding="utf-8"
+            )
+            committed = _fill(kb, ingester, uri, prefix, _UnitVectors())
+            if committed is None:
+                raise RuntimeError(f"the edit of {item.relative_path} committed nothing")
+            delays.append(_answered_after(follower.url, token, item.relative_path, committed))
+    return {
+        "sync_interval_s": sync_s,
+        "edits": edits,
+        "median_s": round(statistics.median(delays), 2),
+        "min_s": round(min(delays), 2),
+        "max_s": round(max(delays), 2),
+    }
+
+
+def _one_size(size: int, uri: str, work: Path, starts: int, scratch: bool, edits: int) -> dict[str, Any]:
     items = corpus(size)
     kb = work / f"kb-{size}"
     write_knowledge_base(kb, items)
@@ -134,10 +202,15 @@ def _one_size(size: int, uri: str, work: Path, starts: int, scratch: bool) -> di
         measured["ingest_from_scratch_s"] = round(ingest_s, 1)
         measured["serve_after_ingest_first_lookup_ms"] = round(after["first_lookup_ms"], 1)
         measured["current_path_s"] = round(ingest_s + after["first_lookup_ms"] / 1000, 1)
+        measured["current_path_measured"] = time.strftime("%Y-%m-%d")
     else:
         log(f"replicas {size}: filling the server with random vectors")
-        _fill(kb, ingester, uri, prefix)
-    return measured | _replica_starts(size, uri, prefix, query, work, starts)
+        _fill(kb, ingester, uri, prefix, _UnitVectors())
+    measured |= _replica_starts(size, uri, prefix, query, work, starts)
+    if edits:
+        log(f"replicas {size}: propagation of {edits} edits")
+        measured["propagation"] = _propagation(kb, items, ingester, uri, prefix, edits)
+    return measured
 
 
 def _replica_starts(size: int, uri: str, prefix: str, query: str, work: Path, starts: int) -> dict[str, Any]:
@@ -161,72 +234,112 @@ def _replica_starts(size: int, uri: str, prefix: str, query: str, work: Path, st
 
 
 def run(
-    sizes: list[int], server_uri: str, work: Path, *, starts: int = 3, scratch: tuple[int, ...] = (1000,)
+    sizes: list[int],
+    server_uri: str,
+    work: Path,
+    *,
+    starts: int = 3,
+    scratch: tuple[int, ...] = (1000,),
+    edits: int = 5,
 ) -> dict[str, Any]:
-    """Replica starts at every size, ingest from scratch at the scratch sizes, on the server at server_uri."""
+    """Replica starts and propagation at every size, ingest from scratch at the scratch sizes."""
     results: dict[str, Any] = {"sizes": sizes, "load": {"start": machine.load_average()}, "by_size": {}}
-    rate: float | None = None  # seconds of ingest from scratch per chunk, at the largest scratch size
-    for size in sorted(sizes, key=lambda s: (s not in scratch, s)):
-        measured = _one_size(size, server_uri, work, starts, size in scratch)
+    for size in sizes:
+        measured = _one_size(size, server_uri, work, starts, size in scratch, edits)
         drop_prefixed(server_uri, measured.pop("prefix"))
-        if "current_path_s" in measured:
-            rate = measured["current_path_s"] / size
-        elif rate is not None:
-            measured["current_path_s"] = round(rate * size, 1)
-            measured["current_path_estimated"] = True
         results["by_size"][str(size)] = measured
         log(
             f"replicas {size}: replica first answer {measured['replica_first_lookup_ms']['median']} ms, "
-            f"ingest from scratch {measured.get('current_path_s')} s"
+            f"ingest from scratch {measured.get('current_path_s')} s, "
+            f"propagation {measured.get('propagation', {}).get('median_s')} s"
         )
     results["load"]["end"] = machine.load_average()
     return results
 
 
+def carry_over(results: dict[str, Any], previous: Path) -> dict[str, Any]:
+    """Results with the ingest-from-scratch figures last measured at the sizes this run did not measure."""
+    if not previous.exists():
+        return results
+    before = json.loads(previous.read_text(encoding="utf-8")).get("by_size", {})
+    for size, got in results["by_size"].items():
+        old = before.get(size, {})
+        if "current_path_s" not in got and old.get("current_path_measured"):
+            keys = ("ingest_from_scratch_s", "serve_after_ingest_first_lookup_ms", "current_path_s")
+            got |= {k: old[k] for k in (*keys, "current_path_measured") if k in old}
+            got["current_path_carried_over"] = True
+    return results
+
+
+def save(results: dict[str, Any], path: Path, docs: Path) -> None:
+    """Write the results (with figures carried over from the file they replace) and the docs section."""
+    from bench.server_bench import write_docs
+
+    results = carry_over(results, path)
+    path.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_docs(render(results), docs)
+    print(render(results))
+
+
+def _row(size: int, got: dict[str, Any]) -> str:
+    first = got["replica_first_lookup_ms"]
+    pulls = [p["seconds"] for p in got["replica_pull"] if p]
+    pull = f"{statistics.median(pulls):.2f} s" if pulls else "?"
+    embedded = ", ".join(str(e) for e in got["replica_passages_embedded"])
+    current = got.get("current_path_s")
+    scratch, ratio = "not measured", ""
+    if current is not None:
+        scratch = f"{current:.1f} s"
+        ratio = f"{current / (first['median'] / 1000):.0f}x"
+        if got.get("current_path_carried_over"):
+            scratch += f" (measured {got['current_path_measured']})"
+    moved = got.get("propagation")
+    propagation = (
+        f"{moved['median_s']:.2f} s ({moved['min_s']:.2f}-{moved['max_s']:.2f}, {moved['edits']} edits)"
+        if moved
+        else "not run"
+    )
+    return (
+        f"| {size:,} | {first['median'] / 1000:.1f} s ({first['min'] / 1000:.1f}-{first['max'] / 1000:.1f}) "
+        f"| {pull} | {embedded} | {scratch} | {ratio} | {propagation} |"
+    )
+
+
 def render(results: dict[str, Any]) -> str:
+    sync = next(
+        (g["propagation"]["sync_interval_s"] for g in results["by_size"].values() if "propagation" in g), None
+    )
     lines = [
         SECTION,
         "",
         "A new replica with an empty data directory on a Milvus 2.3.5 server that already holds the",
         "knowledge base (`bench/replica_bench.py`): a cold `serve` over stdio to its first lookup",
         "answered, which pulls the shared catalog and embeds nothing, against the path a replica took",
-        "before the catalog was shared: `ingest` from scratch with e5-small, then the same cold start.",
-        "Where ingest from scratch is estimated (its measured seconds per chunk at a smaller size), the",
-        "server was filled with random unit vectors instead: the replica pulls the same catalog.",
+        "before the catalog was shared: `ingest` from scratch with e5-small, then the same cold start",
+        "(a figure not measured in this run is the one last measured at that size, with its date;",
+        "the replica's own figures then come from a server filled with random unit vectors, whose",
+        "catalog it pulls and searches the same way). Propagation: from an ingest's commit of one",
+        f"edited document to a serving replica's first lookup that answers it, `sync_interval_s` {sync}.",
         "Synthetic one-chunk documents (bench/corpus.py); load average "
         f"{results.get('load', {}).get('start')} at start, {results.get('load', {}).get('end')} at end.",
         "",
         "| chunks | replica: first answer (median, min-max) | of which catalog pull | passages embedded "
-        "| ingest from scratch + first answer |",
-        "|---|---|---|---|---|",
+        "| ingest from scratch + first answer | ratio | propagation (median, min-max) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size in results["sizes"]:
         got = results["by_size"].get(str(size))
-        if got is None:
-            lines.append(f"| {size:,} | not run | | | |")
-            continue
-        first = got["replica_first_lookup_ms"]
-        pulls = [p["seconds"] for p in got["replica_pull"] if p]
-        pull = f"{statistics.median(pulls):.2f} s" if pulls else "?"
-        embedded = ", ".join(str(e) for e in got["replica_passages_embedded"])
-        current = got.get("current_path_s")
-        scratch = "not run" if current is None else f"{current:.1f} s"
-        if got.get("current_path_estimated"):
-            scratch = f"~{current:.0f} s (estimated from the measured rate)"
-        lines.append(
-            f"| {size:,} | {first['median'] / 1000:.1f} s ({first['min'] / 1000:.1f}-{first['max'] / 1000:.1f}) "
-            f"| {pull} | {embedded} | {scratch} |"
-        )
+        lines.append(_row(size, got) if got is not None else f"| {size:,} | not run | | | | | |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.server_bench import write_docs
     from scripts.milvus_server import start, stop
 
     p = argparse.ArgumentParser(prog="python -m bench.replica_bench", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000,10000")
     p.add_argument("--starts", type=int, default=3, help="replica starts per size")
+    p.add_argument("--edits", type=int, default=5, help="edits timed per size for propagation (0: skip)")
     p.add_argument("--scratch-sizes", default="1000", help="sizes at which ingest from scratch is measured")
     p.add_argument("--server-uri", default=None, help="use a running server instead of starting one")
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "replicas.json")
@@ -238,14 +351,13 @@ def main(argv: list[str] | None = None) -> int:
         if uri is None:
             uri = start(work / "milvus-server").uri
         scratch = tuple(int(s) for s in args.scratch_sizes.split(",") if s)
-        results = run([int(s) for s in args.sizes.split(",")], uri, work, starts=args.starts, scratch=scratch)
+        sizes = [int(s) for s in args.sizes.split(",")]
+        results = run(sizes, uri, work, starts=args.starts, scratch=scratch, edits=args.edits)
     finally:
         if args.server_uri is None:
             stop(work / "milvus-server")
         shutil.rmtree(work, ignore_errors=True)
-    args.results.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    write_docs(render(results), args.docs)
-    print(render(results))
+    save(results, args.results, args.docs)
     return 0
 
 

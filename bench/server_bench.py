@@ -255,9 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     write_docs(render(results), args.docs)
     print(render(results))
     if replicas is not None:
-        (args.results.parent / "replicas.json").write_text(json.dumps(replicas, indent=2), encoding="utf-8")
-        write_docs(replica_bench.render(replicas), args.docs)
-        print(replica_bench.render(replicas))
+        replica_bench.save(replicas, args.results.parent / "replicas.json", args.docs)
     return 0
 
 
