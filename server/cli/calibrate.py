@@ -72,6 +72,10 @@ def load_set(
     queries = read_queries(directory / QUESTIONS_FILE)
     local = settings.model_copy(update={"data_dir": settings.data_dir / "calibration" / name})
     runtime = open_runtime(local, embedder=embedder)
+    if embedder is not None:
+        # The background is encoded once per embedder (shipped, or kept in the data directory)
+        # by the same model: asking its questions must not encode them again for every set.
+        embedder.remember(runtime.background.questions, runtime.background.vectors)
     try:
         report = runtime.ingestor().run(directory / KB_DIR)
         if progress:
