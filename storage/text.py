@@ -7,6 +7,7 @@ relevance grading always agree on what is Chinese, what is an identifier and wha
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 Language = Literal["en", "zh"]
@@ -237,6 +238,14 @@ def defined_codes(text: str) -> list[str]:
 def short_codes(text: str) -> list[str]:
     """The labels ``text`` defines that are too short to be identifiers in running text."""
     return [c for c in defined_codes(text) if sum(ch.isalnum() for ch in c) < MIN_CODE_CHARS]
+
+
+def document_codes(title: str, keywords: Sequence[str], body: str) -> list[str]:
+    """A document's identifiers: codes anywhere in it, short ones (BR-3, C5) where it defines them
+    (a table of codes, a heading, a list of codes, or its own front-matter keywords)."""
+    codes = identifiers("\n".join([title, *keywords, body]))
+    labels = [*short_codes(body), *(c for k in keywords if (c := code_label(k)) is not None)]
+    return codes + [c for c in dict.fromkeys(labels) if c not in codes]
 
 
 def terms(text: str) -> list[str]:
