@@ -158,7 +158,7 @@ def _propagation(
     kb: Path, items: list[Any], ingester: Path, uri: str, prefix: str, edits: int
 ) -> dict[str, Any]:
     """Median delay, over ``edits`` edits, from an ingest's commit to a serving replica answering it."""
-    from server.config.settings import MilvusSettings
+    from server.config.sections import MilvusSettings
     from tests.wire import served_http
 
     sync_s = MilvusSettings().sync_interval_s

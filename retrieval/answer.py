@@ -27,6 +27,7 @@ from retrieval.models import (
     WaterLevel,
 )
 from retrieval.passages import Passage, best_passage, whole_document
+from retrieval.precise import at_most_reference, precise_doc
 from retrieval.ranking import RankedDoc, features, rank
 from retrieval.relevance import TierModel, completeness_hint, grade
 from retrieval.tracker import HeldView, MemorySnapshot
@@ -74,10 +75,11 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
         if d.doc_key in view.entries
     ]
     feats = features(evidence, ranked)
-    precise = _precise_doc(evidence, ranked, feats, model)
+    precise = precise_doc(evidence, ranked, feats, model, view.entries)
     # Nothing ranked is NO_MATCH whatever the model says of all-zero features (a zero background
     # score reads as far from the background, which the on-topic model counts for the question).
     tier = grade(feats, model, precise=precise is not None) if ranked else Tier.NO_MATCH
+    tier = at_most_reference(tier, evidence)
     if precise is not None:
         ranked.sort(key=lambda d: d.doc_key != precise)
     codes: dict[str, list[str]] = {}
@@ -95,41 +97,6 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
         l0_titles=[view.entries[k].title for k in l0_docs],
         cosines=tuple(h.cosine for h in evidence.dense),
     )
-
-
-def _precise_doc(
-    evidence: Evidence, ranked: Sequence[RankedDoc], feats: dict[str, float], model: TierModel
-) -> str | None:
-    """The one document the query names: by a code only it has, its exact title, or a specific keyword."""
-    visible = {d.doc_key for d in ranked}
-    by_code: dict[str, set[str]] = {}
-    for hit in evidence.l0:
-        if hit.kind == "code":
-            by_code.setdefault(hit.term.upper(), set()).add(hit.doc_key)
-    unique = {next(iter(docs)) for docs in by_code.values() if len(docs) == 1} & visible
-    if by_code:
-        # A code shared by several documents identifies none of them.
-        return next(iter(unique)) if len(unique) == 1 and len(by_code) == len(unique) else None
-    titles = {h.doc_key for h in evidence.l0 if h.kind == "title"} & visible
-    if len(titles) == 1:
-        return next(iter(titles))
-    keyword_docs = set(evidence.specific_keyword_docs) & visible
-    named = {h.doc_key for h in evidence.l0 if h.kind != "code"} & visible
-    by_similarity = sorted(
-        (d for d in ranked if d.similarity is not None), key=lambda d: -(d.similarity or 0)
-    )
-    # A keyword no other document contains is specific, but a question can still be off-topic
-    # around it: no other document may be named too, it must be the dense channel's first
-    # document, and the question must look answerable.
-    if (
-        len(keyword_docs) == 1
-        and named == keyword_docs
-        and by_similarity
-        and by_similarity[0].doc_key in keyword_docs
-        and grade(feats, model, precise=False) is Tier.HIGHLY_RELEVANT
-    ):
-        return next(iter(keyword_docs))
-    return None
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,20 @@ class CachedEmbedder:
                     self._cache.popitem(last=False)
         return encoding
 
+    def remember(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Cache known encodings of ``texts``, as this embedder's inner model made them.
+
+        Only for an embedder without lexical weights, whose encoding is the vector alone.
+        """
+        if self._lexical is not None:
+            return
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = QueryEncoding(vector)
+                self._cache.move_to_end(text)
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+
     def _encode(self, text: str) -> QueryEncoding:
         if self._lexical is not None:
             vectors, lexical = self._lexical.embed_with_lexical([text])

@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from retrieval.calibration import Figures, ZoneTargets, leave_one_out
+from retrieval.calibration import FitMemo, ZoneTargets, leave_one_out
+from retrieval.calibration_figures import Figures
 from server.cli.calibrate import load_set, shared_embedder
 from server.config.loading import load_settings
 
@@ -63,9 +64,10 @@ def tradeoff(sets: list[Path], data_dir: Path | None) -> str:
         "| training precision | near HR allowed | HR precision | answerable right HR | near HR | far HR |",
         "|---|---|---|---|---|---|",
     ]
+    memo = FitMemo()  # the rankings do not depend on the targets
     for precision, near in TARGETS:
         total = Figures()
-        for held in leave_one_out(bases, ZoneTargets(precision=precision, near=near)):
+        for held in leave_one_out(bases, ZoneTargets(precision=precision, near=near), memo):
             total.add(held.figures)
         answerable = total.all_answerable - total.codes
         lines.append(

@@ -22,7 +22,7 @@ from storage.exports import (
     notion_links_as_text,
     without_notion_id,
 )
-from storage.text import RULES_VERSION, identifiers, text_language
+from storage.text import RULES_VERSION, document_codes, text_language
 
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")
 SUFFIXES = TEXT_SUFFIXES + CONVERTED_SUFFIXES
@@ -97,7 +97,7 @@ class Document:
     body: str
     content_hash: str
     chunks: tuple[Chunk, ...]
-    # Code-shaped identifiers named anywhere in the document (title, keywords, body).
+    # Code-shaped identifiers named anywhere in the document, short ones where it defines them.
     identifiers: tuple[str, ...] = ()
 
     def embedding_texts(self) -> list[str]:
@@ -227,7 +227,7 @@ def load_document(
     if not chunks:
         raise DocumentError(key, "empty document")
     keywords = _keywords(key, meta.get("keywords"))
-    codes = identifiers("\n".join([title, *keywords, body]))
+    codes = document_codes(title, keywords, body)
     summary = _text_field(key, meta, "summary")
     return Document(
         doc_key=key,

@@ -7,6 +7,7 @@ relevance grading always agree on what is Chinese, what is an identifier and wha
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 Language = Literal["en", "zh"]
@@ -27,9 +28,21 @@ _IDENTIFIER = re.compile(
 )
 # The version of the rules in this module: part of every document's content hash, so a change
 # here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
-RULES_VERSION = "2"
-# Shorter codes (T-1, A-2) are too ambiguous to name one document.
-_MIN_CODE_CHARS = 4
+RULES_VERSION = "3"
+# Shorter codes (BR-3, PR-A, C5) are too ambiguous in running text to name one document: they
+# count only where a document defines them (``defined_codes``).
+MIN_CODE_CHARS = 4
+# A label a document can define: upper-case letters first, then letters and digits, segments
+# joined by '-' or '_', with a digit or a separator (BR-3, PR-A, C5, TK-MIN-01; not "API").
+_LABEL = re.compile(r"[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)*")
+# Where a document defines a label: the first cell of a table row, the first word of a heading,
+# or the lead of a list item (bold, code-quoted, or followed by a colon or dash).
+_DEFINITION = re.compile(
+    r"^\s*(?:\|\s*(?P<cell>[^|]+?)\s*\||#{1,6}\s+(?P<heading>\S+)"
+    r"|[-*+]\s+(?:\*\*(?P<bold>[^*]+)\*\*|`(?P<quoted>[^`]+)`|(?P<lead>\S+?)\s*[:：—–]))",
+    re.MULTILINE,
+)
+_QUOTES = "*`\"'“”‘’「」"
 # A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
 _CJK_CHARS_PER_WORD = 1.7
 
@@ -184,7 +197,7 @@ def identifiers(text: str) -> list[str]:
         raw = match.group(0)
         if not _is_code(raw) and not raw.upper().startswith("HTTP"):
             continue
-        if sum(c.isalnum() for c in raw) < _MIN_CODE_CHARS:
+        if sum(c.isalnum() for c in raw) < MIN_CODE_CHARS:
             continue
         if raw.upper().startswith("HTTP"):
             normal = "HTTP " + raw[-3:]
@@ -195,6 +208,44 @@ def identifiers(text: str) -> list[str]:
                 continue
         found.setdefault(normal, None)
     return list(found)
+
+
+def code_label(text: str) -> str | None:
+    """``text`` as a code label (upper case), or None if it is a word, a number or prose.
+
+    Short labels qualify (BR-3, PR-A, C5), so only a place that defines a label may call this.
+    """
+    token = text.strip().strip(_QUOTES).strip()
+    if not _LABEL.fullmatch(token) or sum(c.isalnum() for c in token) < 2:
+        return None
+    return token if any(c.isdigit() for c in token) or "_" in token or "-" in token else None
+
+
+def defined_codes(text: str) -> list[str]:
+    """The code labels a markdown text defines: first table cells, heading starts, list item leads.
+
+    A table of codes, a section per code or a list of codes is where a document says what a
+    code means; elsewhere a code is only mentioned.
+    """
+    found: dict[str, None] = {}
+    for match in _DEFINITION.finditer(text):
+        label = code_label(next(g for g in match.groups() if g is not None))
+        if label is not None:
+            found.setdefault(label, None)
+    return list(found)
+
+
+def short_codes(text: str) -> list[str]:
+    """The labels ``text`` defines that are too short to be identifiers in running text."""
+    return [c for c in defined_codes(text) if sum(ch.isalnum() for ch in c) < MIN_CODE_CHARS]
+
+
+def document_codes(title: str, keywords: Sequence[str], body: str) -> list[str]:
+    """A document's identifiers: codes anywhere in it, short ones (BR-3, C5) where it defines them
+    (a table of codes, a heading, a list of codes, or its own front-matter keywords)."""
+    codes = identifiers("\n".join([title, *keywords, body]))
+    labels = [*short_codes(body), *(c for k in keywords if (c := code_label(k)) is not None)]
+    return codes + [c for c in dict.fromkeys(labels) if c not in codes]
 
 
 def terms(text: str) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.background import NEAREST, Background, encode_background, load_questions
+from retrieval.embedders import CachedEmbedder
 
 
 class Letters:
@@ -95,3 +96,13 @@ def test_shipped_vectors_of_another_dimension_are_encoded_afresh() -> None:
     background = encode_background(impostor, None)
     assert background.vectors.shape == (len(load_questions()), 26)
     assert impostor.texts == len(load_questions())
+
+
+def test_calibration_reuses_the_background_encodings_instead_of_encoding_each_question_again() -> None:
+    letters = Letters()
+    background = encode_background(letters, None, ("where is the beach", "who won the cup"))
+    cached = CachedEmbedder(letters, size=10)  # type: ignore[arg-type]
+    cached.remember(background.questions, background.vectors)
+    calls = letters.calls
+    vector = cached.encode_query("who won the cup").vector
+    assert letters.calls == calls and np.array_equal(vector, letters.embed_queries(["who won the cup"])[0])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from retrieval.calibration import Figures
+from retrieval.calibration_figures import Figures
 from server.cli.calibrate import print_report
 from server.cli.main import main
 from server.config.loading import load_settings

@@ -182,3 +182,16 @@ def test_a_file_swapped_for_a_fifo_after_discovery_is_refused_when_read(tmp_path
     os.mkfifo(root / "late.md")  # nobody writes it: a blocking open would never return
     with pytest.raises(DocumentError, match="not a regular file \\(a FIFO\\)"):
         read_source(candidate)
+
+
+def test_short_codes_are_identifiers_only_where_the_document_defines_them(tmp_path: Path) -> None:
+    doc = load_document(
+        _write(
+            tmp_path,
+            "privacy/breach.md",
+            "---\nkeywords: [breach, PR-A]\n---\n# Breach response\n\n| Class | Who |\n|---|---|\n"
+            "| BR-3 | Breach team |\n\nA BR-4 case or an S2 outage is escalated like KFK-4012.\n",
+        ),
+        rule=ChunkingRule(max_chars=500),
+    )
+    assert set(doc.identifiers) == {"KFK-4012", "BR-3", "PR-A"}

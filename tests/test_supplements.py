@@ -12,7 +12,7 @@ import yaml
 from mcp import Client
 
 from retrieval import calibration
-from retrieval.calibration import KnowledgeBase, LabelledQuery
+from retrieval.calibration_sets import KnowledgeBase, LabelledQuery
 from retrieval.models import Tier
 from retrieval.relevance import DEFAULT_SUPPLEMENT_MARGIN
 from server.config.loading import load_settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage.text import identifiers, terms, text_language
+from storage.text import code_label, defined_codes, identifiers, short_codes, terms, text_language
 
 
 def test_identifiers_are_code_shaped_tokens_in_any_case() -> None:
@@ -20,3 +20,26 @@ def test_chunk_language_is_mixed_only_when_neither_dominates() -> None:
     assert text_language("连接池的最大连接数设置为 CPU 核数的两倍") == "zh"
     assert text_language("The pool size should be twice the CPU count") == "en"
     assert text_language("连接池 pool size 设置 should be twice") == "mixed"
+
+
+def test_a_document_defines_short_codes_in_table_cells_headings_and_list_leads() -> None:
+    text = (
+        "| Class | Meaning |\n|---|---|\n| BR-3 | Sensitive data |\n| **PR-A** | Access request |\n"
+        "| 1 | a number |\n| API | a word |\n"
+        "## IMM-E217 nozzle temperature\n### Thresholds\n"
+        "- `C5`: toxic solvents\n- TK-MIN-01: parent request\n"
+        "Escalate S2 and T-1 incidents here, as BR-4 ones."
+    )
+    assert defined_codes(text) == ["BR-3", "PR-A", "IMM-E217", "C5", "TK-MIN-01"]
+    assert short_codes(text) == ["BR-3", "PR-A", "C5"]
+    assert identifiers(text) == ["IMM-E217", "TK-MIN-01"]  # running text keeps the 4-character floor
+
+
+def test_a_code_label_is_upper_case_with_a_digit_or_a_separator() -> None:
+    assert [code_label(t) for t in ("BR-3", " `S2` ", "PR-A", "ERR_SCAN")] == [
+        "BR-3",
+        "S2",
+        "PR-A",
+        "ERR_SCAN",
+    ]
+    assert [code_label(t) for t in ("br-3", "API", "Q&A", "2024-01", "X", "Wi-Fi")] == [None] * 6

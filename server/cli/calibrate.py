@@ -15,15 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from retrieval.calibration import (
-    CalibrationError,
-    Figures,
-    KnowledgeBase,
-    evaluate,
-    fit,
-    leave_one_out,
-    read_queries,
-)
+from retrieval.calibration import FitMemo, fit, leave_one_out
+from retrieval.calibration_figures import Figures, evaluate
+from retrieval.calibration_sets import CalibrationError, KnowledgeBase, read_queries
 from retrieval.embedders import CachedEmbedder
 from retrieval.engine import KnowledgeView
 from server.cli.errors import CommandError
@@ -78,6 +72,10 @@ def load_set(
     queries = read_queries(directory / QUESTIONS_FILE)
     local = settings.model_copy(update={"data_dir": settings.data_dir / "calibration" / name})
     runtime = open_runtime(local, embedder=embedder)
+    if embedder is not None:
+        # The background is encoded once per embedder (shipped, or kept in the data directory)
+        # by the same model: asking its questions must not encode them again for every set.
+        embedder.remember(runtime.background.questions, runtime.background.vectors)
     try:
         report = runtime.ingestor().run(directory / KB_DIR)
         if progress:
@@ -114,11 +112,12 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings, config_path: Pat
             check_set(directory)
         embedder = shared_embedder(settings)
         bases = [load_set(directory, settings, embedder=embedder) for directory in args.sets]
-        held_out = leave_one_out(bases) if len(bases) > 1 else []
+        memo = FitMemo()  # each set's rankings, shared by the held-out fits and the fit on all
+        held_out = leave_one_out(bases, memo=memo) if len(bases) > 1 else []
         # fit() chooses the offset, the lexical weight and the logistic models; the weights of
         # the BGE-M3 lexical match and the reranker are not fitted, so the configured ones stay.
         configured = settings.tier_model
-        model = fit(bases).model_copy(
+        model = fit(bases, memo=memo).model_copy(
             update={"sparse_weight": configured.sparse_weight, "rerank_weight": configured.rerank_weight}
         )
     except (OSError, CalibrationError, ValueError) as exc:

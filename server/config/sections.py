@@ -134,39 +134,39 @@ class ConversionSettings(Section):
 
 
 def _default_models() -> dict[str, TierModel]:
-    # Fitted by `lookup-knowledge-mcp calibrate` on the seven evaluation knowledge bases under
+    # Fitted by `lookup-knowledge-mcp calibrate` on the nine evaluation knowledge bases under
     # examples/eval (see docs/relevance.md); bge-m3 keeps a conservative hand-set model.
     return {
         "e5-small": TierModel(
             on_topic=Logistic(
                 weights={
-                    "similarity": 18.0393,
-                    "support": -1.8629,
-                    "agree": 0.7159,
-                    "margin": -5.1095,
-                    "unseen": -3.8501,
-                    "unseen_name": -1.3844,
-                    "background": -27.8733,
+                    "similarity": 17.7133,
+                    "support": -2.3455,
+                    "agree": 0.7781,
+                    "margin": -3.105,
+                    "unseen": -3.9876,
+                    "unseen_name": -1.457,
+                    "background": -26.8734,
                 },
-                bias=6.167,
-                threshold=0.0022,
+                bias=5.8942,
+                threshold=0.0045,
             ),
             top_right=Logistic(
                 weights={
-                    "margin": -7.2082,
-                    "gap": 14.9476,
-                    "similarity": 0.7666,
-                    "top_coverage": 1.0827,
-                    "agree": -0.0164,
-                    "top_unseen": -0.9007,
+                    "margin": -6.1562,
+                    "gap": 16.5332,
+                    "similarity": 0.1968,
+                    "top_coverage": 0.8442,
+                    "agree": 0.0063,
+                    "top_unseen": -0.5877,
                 },
-                bias=0.3729,
-                threshold=0.9632,
+                bias=0.1897,
+                threshold=0.9604,
             ),
-            confident=0.0023,
+            confident=0.5259,
             cross_language_offset=0.06,
             lexical_weight=0.3,
-            supplement_margin=0.2443,
+            supplement_margin=0.3289,
         ),
         "bge-m3": TierModel(
             on_topic=Logistic(weights={"similarity": 12.0, "coverage": 4.0}, bias=-6.0, threshold=0.2),

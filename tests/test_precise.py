@@ -1,0 +1,99 @@
+"""PRECISE: which one document a query's code, title or specific keyword names."""
+
+from __future__ import annotations
+
+from retrieval.engine import Evidence
+from retrieval.models import Tier
+from retrieval.precise import at_most_reference, precise_doc, unseen_names
+from retrieval.ranking import RankedDoc
+from retrieval.relevance import Logistic, TierModel
+from storage.catalog import CatalogEntry
+from storage.keyword_index import L0Hit
+
+MODEL = TierModel(
+    on_topic=Logistic(weights={"similarity": 20.0}, bias=-4.0, threshold=0.5),
+    top_right=Logistic(weights={"gap": 100.0}, bias=-3.0, threshold=0.5),
+)
+ANSWERABLE = {"similarity": 0.8, "gap": 0.1}  # HIGHLY_RELEVANT by MODEL
+TABLE = "| Code | Meaning | SLA |\n|---|---|---|\n| TK-MIN-01 | Parent request | 4 hours |\n"
+
+
+def _entries(**bodies: str) -> dict[str, CatalogEntry]:
+    return {k: CatalogEntry(k, "h", k.title(), "d", (), "", "", "", b, 1) for k, b in bodies.items()}
+
+
+def _precise(
+    hits: list[tuple[str, str, str]],
+    entries: dict[str, CatalogEntry],
+    query: str = "q",
+    unseen: tuple[str, ...] = (),
+) -> str | None:
+    """Graded as answerable; the dense channel ranks the documents in the order given."""
+    evidence = Evidence(
+        query=query,
+        l0=tuple(L0Hit(doc, kind, term) for doc, kind, term in hits),  # type: ignore[arg-type]
+        specific_keyword_docs=tuple(doc for doc, kind, _ in hits if kind == "keyword"),
+        dense=(),
+        lexical=(),
+        term_weights=(),
+        unseen=unseen,
+    )
+    ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
+    return precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries)
+
+
+def test_a_code_in_several_documents_is_precise_for_the_one_that_defines_it() -> None:
+    entries = _entries(
+        refunds="File a TK-MIN-01 ticket with the receipts.", sla=TABLE, minors="See TK-MIN-01."
+    )
+    hits = [(k, "code", "TK-MIN-01") for k in entries]
+    assert _precise(hits, entries) == "sla"
+
+
+def test_a_code_several_documents_define_or_only_mention_names_none() -> None:
+    assert _precise([(k, "code", "TK-MIN-01") for k in ("a", "b")], _entries(a=TABLE, b=TABLE)) is None
+    mentioned = _entries(a="A TK-MIN-01 ticket.", b="Any TK-MIN-01 ticket.")
+    assert _precise([(k, "code", "TK-MIN-01") for k in mentioned], mentioned) is None
+
+
+def test_every_code_the_query_names_must_point_at_the_same_document() -> None:
+    entries = _entries(pump="| IP-A31 | x |\n| IP-A32 | y |", bed="| EB-07 | z |")
+    assert _precise([("pump", "code", "IP-A31"), ("pump", "code", "IP-A32")], entries) == "pump"
+    assert _precise([("pump", "code", "IP-A31"), ("bed", "code", "EB-07")], entries) is None
+
+
+def test_an_unseen_name_or_number_vetoes_a_keyword_only_precise() -> None:
+    entries = _entries(visitors="Visiting hours are 10:00 to 20:00.", other="Ward rounds.")
+    hits = [("visitors", "keyword", "visiting hours")]
+    assert _precise(hits, entries, "What are the visiting hours?") == "visitors"
+    hangzhou = "What are the visiting hours at the Hangzhou campus?"
+    assert _precise(hits, entries, hangzhou, unseen=("hangzhou",)) is None
+    assert _precise(hits, entries, "visiting hours for bed 700", unseen=("700",)) is None  # a number it lacks
+    # Ordinary words and CJK bigrams the knowledge base lacks name nothing.
+    assert (
+        _precise(hits, entries, "visiting hours, quickly 周末开放吗", unseen=("quickly", "周末"))
+        == "visitors"
+    )
+
+
+def test_an_unseen_name_vetoes_a_short_code_only_when_the_dense_channel_prefers_another_document() -> None:
+    entries = _entries(storage="| C5 | toxic solvents |", pumps="| IP-A31 | downstream occlusion |")
+    reversed_entries = dict(reversed(entries.items()))
+    citroen = "Is the Citroen C5 a good car?"
+    assert _precise([("storage", "code", "C5")], entries, citroen, unseen=("citroen",)) == "storage"
+    assert _precise([("storage", "code", "C5")], reversed_entries, citroen, unseen=("citroen",)) is None
+    assert _precise([("storage", "code", "C5")], reversed_entries, "What goes in cabinet C5?") == "storage"
+    pumps = "IP-A31 on the Infusa pump"
+    assert _precise([("pumps", "code", "IP-A31")], entries, pumps, unseen=("infusa",)) == "pumps"
+
+
+def test_a_question_naming_what_the_knowledge_base_lacks_is_at_most_reference() -> None:
+    def evidence(query: str, unseen: tuple[str, ...]) -> Evidence:
+        return Evidence(query, (), (), (), (), (), unseen=unseen)
+
+    vietnamese = evidence("TradeGuard gave me TG-60 on a new Vietnamese customer", ("tg_60", "vietnamese"))
+    assert unseen_names(vietnamese) == ["tg_60", "vietnamese"]
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, vietnamese) is Tier.REFERENCE
+    assert at_most_reference(Tier.PRECISE, vietnamese) is Tier.PRECISE
+    plain = evidence("who gets pulled in and how quickly?", ("gets", "pulled", "quickly"))
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, plain) is Tier.HIGHLY_RELEVANT
