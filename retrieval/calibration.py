@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.answer import Graded, grade_evidence, plan_answer
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.governance import GovernanceConfig
+from retrieval.grade import Graded, grade_evidence
 from retrieval.logistic import fit_logistic
 from retrieval.models import Tier
+from retrieval.plan import plan_answer
 from retrieval.ranking import features, rank
 from retrieval.relevance import DEFAULT_SUPPLEMENT_MARGIN, Logistic, TierModel
 from retrieval.requests import LookupRequest, Policy

@@ -35,9 +35,9 @@ from mcp import Client
 from mcp_types import RequestParamsMeta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from retrieval.account import estimate_tokens
 from retrieval.embedders import Embedder
 from retrieval.models import BLOCKING_REASONS
-from retrieval.service import estimate_tokens
 from server.config.settings import LogSettings, Settings
 from server.inputs import Domain, MissingDimension, Query, TopK
 from server.protocol.app import app_resources, create_server

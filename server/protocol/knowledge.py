@@ -28,7 +28,7 @@ from server.protocol.admission import InFlight
 from server.protocol.calls import CallRecorder
 from server.protocol.lifespan import AppResources, WarmupError
 from server.rendering import render_lookup
-from server.stack import EmptyKnowledgeBaseError, described_map, lookup_view
+from server.stack import described_map
 from storage.schema import SchemaVersionError
 from storage.stats_queries import read_log_stats
 
@@ -58,14 +58,8 @@ class KnowledgeCalls:
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
             with self._admit():
                 service = await self.resources.lookup_service()
-                try:
-                    # No path to clients (data_dir None): the start-up warning names it.
-                    view = await lookup_view(service, None)
-                except EmptyKnowledgeBaseError as exc:
-                    raise ToolError(str(exc)) from exc
-                self.resources.heap.settle(view.generation)
                 call.outcome = await service.lookup(
-                    request, session_key=call.identity.key, scope=call.identity.scope, view=view
+                    request, session_key=call.identity.key, scope=call.identity.scope
                 )
         result = call.outcome.result
         return CallToolResult(
