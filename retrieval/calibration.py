@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.answer import grade_evidence
 from retrieval.calibration_figures import Figures, evaluate
 from retrieval.calibration_sets import CalibrationError, KnowledgeBase
+from retrieval.grade import grade_evidence
 from retrieval.logistic import fit_logistic
 from retrieval.models import Tier
 from retrieval.ranking import features, rank

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retrieval.answer import Graded, grade_evidence, plan_answer
 from retrieval.calibration_sets import KnowledgeBase, LabelledQuery
 from retrieval.governance import GovernanceConfig
+from retrieval.grade import Graded, grade_evidence
 from retrieval.models import Tier
+from retrieval.plan import plan_answer
 from retrieval.relevance import TierModel
 from retrieval.requests import LookupRequest, Policy
 

@@ -1,12 +1,17 @@
-"""What a lookup asks for, and the policy it is answered under."""
+"""What a lookup asks for, the policy it is answered under, and the call that carries both."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from retrieval.governance import GovernanceConfig
 from retrieval.relevance import TierModel
+
+if TYPE_CHECKING:
+    from retrieval.action_memory import MemorySnapshot
+    from retrieval.engine import KnowledgeView
+    from retrieval.models import SessionScope
 
 # passage: the matching section of each document; document: whole documents up to the caps.
 ContentMode = Literal["passage", "document"]
@@ -57,3 +62,24 @@ class Policy:
     supplement_max_chars: int = 1200
     content: ContentMode = "passage"
     supplements: SupplementMode = "graded"
+
+
+@dataclass(frozen=True)
+class LookupCall:
+    """One call as the lookup's steps see it: the request, its policy, its view and its session.
+
+    ``snapshot`` is what the session held before the call; ``session_key`` None means memory is
+    off (no session could be identified).
+    """
+
+    request: LookupRequest
+    policy: Policy
+    view: KnowledgeView
+    scope: SessionScope
+    session_key: str | None
+    snapshot: MemorySnapshot | None
+
+    @property
+    def governed(self) -> bool:
+        """Governance applies: it is enabled and the call has a session to count it in."""
+        return self.policy.governance.enabled and self.snapshot is not None

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retrieval.action_memory import ActionMemory
 from retrieval.background import Background, encode_background
 from retrieval.embedders import CachedEmbedder, Embedder, create_embedder
-from retrieval.engine import KnowledgeEngine, KnowledgeView
+from retrieval.engine import KnowledgeEngine
 from retrieval.ingest import Ingestor
 from retrieval.models import KnowledgeMap
 from retrieval.requests import Policy
 from retrieval.reranker import PassageReranker, create_reranker
 from retrieval.service import LookupService
-from retrieval.tracker import ActionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.settings import Settings
 from storage.catalog import Catalog
@@ -234,14 +234,25 @@ def action_memory(settings: Settings, **kwargs: Any) -> ActionMemory:
 
 
 def lookup_service(
-    runtime: Runtime, memory: ActionMemory | None = None, policy: Callable[[], Policy] | None = None
+    runtime: Runtime,
+    memory: ActionMemory | None = None,
+    policy: Callable[[], Policy] | None = None,
+    *,
+    data_dir: Path | None = None,
+    on_view: Callable[[int], None] | None = None,
 ) -> LookupService:
-    """The lookup service over an opened stack; the policy is read fresh for every call."""
+    """The lookup service over an opened stack; the policy is read fresh for every call.
+
+    A lookup on an empty knowledge base names ``data_dir`` in its error (the CLI's; None for MCP
+    clients, which learn nothing about the server's filesystem).
+    """
     settings = runtime.settings
     return LookupService(
         runtime.engine,
         memory if memory is not None else action_memory(settings),
         policy or (lambda: policy_from(settings)),
+        empty_message=empty_knowledge_base_message(data_dir),
+        on_view=on_view,
     )
 
 
@@ -251,19 +262,3 @@ def described_map(knowledge_map: KnowledgeMap, data_dir: Path | None) -> Knowled
         return knowledge_map
     message = empty_knowledge_base_message(data_dir)
     return knowledge_map.model_copy(update={"empty": True, "message": message})
-
-
-class EmptyKnowledgeBaseError(RuntimeError):
-    """A lookup on a knowledge base nothing was ingested into; the message names the fix."""
-
-
-async def lookup_view(service: LookupService, data_dir: Path | None) -> KnowledgeView:
-    """The view a lookup runs on, or EmptyKnowledgeBaseError (MCP and CLI alike).
-
-    Not NO_MATCH: "nothing relevant" would send the agent on without the knowledge base, or read
-    as such when the data directory is mistyped, when the fix is an ingest someone has to run.
-    """
-    view = await service.view()
-    if not view.entries:
-        raise EmptyKnowledgeBaseError(empty_knowledge_base_message(data_dir))
-    return view

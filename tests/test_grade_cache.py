@@ -1,12 +1,12 @@
-"""The service's grade cache: an identical repeat reuses the grade; any new input grades afresh."""
+"""The grade cache: an identical repeat reuses the grade; any new input grades afresh."""
 
 from __future__ import annotations
 
 import weakref
 
 from retrieval.engine import Evidence, KnowledgeView
+from retrieval.grade import GradeCache
 from retrieval.models import Tier
-from retrieval.service import _GradeCache
 from server.config.loading import load_settings
 from storage.keyword_index import KeywordIndex
 from storage.lexical_index import LexicalIndex
@@ -19,7 +19,7 @@ def _evidence(query: str) -> Evidence:
 def test_a_repeat_reuses_the_grade_and_a_new_model_view_or_evidence_does_not() -> None:
     model = load_settings(None).tier_model
     view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
-    cache = _GradeCache(size=2)
+    cache = GradeCache(size=2)
     evidence = _evidence("q")
     first = cache.grade(evidence, view, model)
     assert first.tier is Tier.NO_MATCH
@@ -36,7 +36,7 @@ def test_a_repeat_reuses_the_grade_and_a_new_model_view_or_evidence_does_not() -
 def test_the_cache_keeps_only_the_most_recent_grades() -> None:
     model = load_settings(None).tier_model
     view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
-    cache = _GradeCache(size=2)
+    cache = GradeCache(size=2)
     kept = [_evidence(f"q{i}") for i in range(3)]
     first = cache.grade(kept[0], view, model)
     cache.grade(kept[1], view, model)
@@ -48,7 +48,7 @@ def test_a_new_view_empties_the_cache_which_keeps_no_view_alive() -> None:
     """A replaced view (its chunk map and postings) must be freed, not held by old grades."""
     model = load_settings(None).tier_model
     view = KnowledgeView(1, {}, KeywordIndex([]), {}, LexicalIndex([]))
-    cache = _GradeCache()
+    cache = GradeCache()
     evidence = _evidence("q")
     first = cache.grade(evidence, view, model)
     old = weakref.ref(view)

@@ -15,19 +15,12 @@ from retrieval.embedders import EmbedderError
 from retrieval.ingest import IngestError
 from retrieval.models import KnowledgeMap
 from retrieval.requests import LookupRequest
-from retrieval.service import UnknownDomainError
+from retrieval.service import EmptyKnowledgeBaseError, UnknownDomainError
 from server.cli.errors import CommandError
 from server.cli.progress import ProgressBar
 from server.config.data_dir import DataDirError, empty_knowledge_base_message
 from server.config.settings import Settings
-from server.container import (
-    EmptyKnowledgeBaseError,
-    Runtime,
-    described_map,
-    lookup_service,
-    lookup_view,
-    open_runtime,
-)
+from server.container import Runtime, described_map, lookup_service, open_runtime
 from server.inputs import Domain, InputError, Query, TopK, parse
 from server.rendering import render_lookup, render_map
 from server.watch import ingest_lock
@@ -82,9 +75,8 @@ async def cmd_lookup(args: argparse.Namespace, settings: Settings, *_: Any) -> i
         raise CommandError(empty_knowledge_base_message(settings.data_dir))
     runtime = open_checked(settings)
     try:
-        service = lookup_service(runtime)
-        view = await lookup_view(service, settings.data_dir)
-        outcome = await service.lookup(request, session_key=None, scope="none", view=view)
+        service = lookup_service(runtime, data_dir=settings.data_dir)
+        outcome = await service.lookup(request, session_key=None, scope="none")
     except (EmptyKnowledgeBaseError, UnknownDomainError) as exc:
         raise CommandError(str(exc)) from exc
     finally:

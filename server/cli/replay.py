@@ -35,9 +35,9 @@ from mcp import Client
 from mcp_types import RequestParamsMeta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from retrieval.account import estimate_tokens
 from retrieval.embedders import Embedder
 from retrieval.models import BLOCKING_REASONS
-from retrieval.service import estimate_tokens
 from server.config.sections import LogSettings
 from server.config.settings import Settings
 from server.inputs import Domain, MissingDimension, Query, TopK

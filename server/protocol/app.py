@@ -10,8 +10,8 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
+from retrieval.action_memory import Clock
 from retrieval.embedders import Embedder
-from retrieval.tracker import Clock
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
 from server.protocol.handlers import KnowledgeHandlers

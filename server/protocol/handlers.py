@@ -21,7 +21,7 @@ from mcp_types import CallToolResult, TextContent
 from retrieval.models import DomainInfo, KnowledgeMap, ReadResult, ResetResult
 from retrieval.requests import LookupRequest
 from retrieval.service import UnknownDocumentError
-from server.container import EmptyKnowledgeBaseError, described_map, lookup_view
+from server.container import described_map
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompt_texts
@@ -58,14 +58,8 @@ class KnowledgeHandlers:
         async with self.recorder.call(rc, "lookup_knowledge", arguments) as call:
             with self._admit():
                 service = await self.resources.lookup_service()
-                try:
-                    # No path to clients (data_dir None): the start-up warning names it.
-                    view = await lookup_view(service, None)
-                except EmptyKnowledgeBaseError as exc:
-                    raise ToolError(str(exc)) from exc
-                self.resources.heap.settle(view.generation)
                 call.outcome = await service.lookup(
-                    request, session_key=call.identity.key, scope=call.identity.scope, view=view
+                    request, session_key=call.identity.key, scope=call.identity.scope
                 )
         result = call.outcome.result
         return CallToolResult(

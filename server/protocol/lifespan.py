@@ -16,10 +16,10 @@ import sqlite3
 import time
 from pathlib import Path
 
+from retrieval.action_memory import Clock, SessionMemory
 from retrieval.embedders import Embedder
 from retrieval.requests import Policy
 from retrieval.service import LookupService
-from retrieval.tracker import Clock, SessionMemory
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.reload import SettingsHolder
 from server.config.settings import Settings
@@ -149,7 +149,7 @@ class AppResources:
             raise WarmupError(f"the knowledge base is unavailable: {exc}") from exc
         if self.service is None:
             self.runtime = runtime
-            self.service = lookup_service(runtime, self.memory, self._policy)
+            self.service = lookup_service(runtime, self.memory, self._policy, on_view=self.heap.settle)
         return self.service
 
     async def _keep_in_sync(self, root: Path) -> None:

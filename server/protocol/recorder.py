@@ -19,7 +19,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from retrieval.embedders import EmbedderError
-from retrieval.service import LookupOutcome, ReadOutcome, UnknownDocumentError, UnknownDomainError
+from retrieval.service import (
+    EmptyKnowledgeBaseError,
+    LookupOutcome,
+    ReadOutcome,
+    UnknownDocumentError,
+    UnknownDomainError,
+)
 from server.inputs import LOGGED_ARGUMENT_LIMITS
 from server.protocol.admission import ServerBusyError
 from server.protocol.lifespan import AppResources, WarmupError
@@ -32,7 +38,14 @@ from storage.invocation_log import InvocationRecord
 logger = logging.getLogger(__name__)
 
 # Failures whose message is already meant for the caller; anything else gets its type named.
-_CALLER_ERRORS = (UnknownDomainError, UnknownDocumentError, WarmupError, EmbedderError, ServerBusyError)
+_CALLER_ERRORS = (
+    UnknownDomainError,
+    UnknownDocumentError,
+    EmptyKnowledgeBaseError,
+    WarmupError,
+    EmbedderError,
+    ServerBusyError,
+)
 _NO_SESSION = SessionIdentity(None, "none")
 
 

@@ -1,10 +1,8 @@
-"""The pure steps of one lookup: grade the evidence, plan what to deliver, render the result.
+"""The plan step of a lookup: what the call delivers, given what the session already holds.
 
-- grade: rank the documents, compute the features, decide the tier (``Graded``);
-- plan: apply action memory and governance to the graded candidates (``Plan``);
-- render: the ``LookupResult`` the agent reads.
-
-The service (``retrieval.service``) runs them in order and accounts the call in between.
+Action memory and governance applied to the graded candidates: a held topic is not served again,
+a new topic always is; the passages to send (``retrieval.passages``) and the held documents the
+result names.
 """
 
 from __future__ import annotations
@@ -13,26 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from retrieval.engine import Evidence, KnowledgeView
-from retrieval.governance import Decision, GovernanceConfig, GuidanceKey, Usage, guidance_text
-from retrieval.models import (
-    AlreadyInContext,
-    Budget,
-    DedupReason,
-    DocumentContent,
-    LookupResult,
-    NextCall,
-    SessionScope,
-    Tier,
-    WaterLevel,
-)
+from retrieval.action_memory import HeldView, MemorySnapshot
+from retrieval.engine import KnowledgeView
+from retrieval.grade import Graded
+from retrieval.models import DedupReason, DocumentContent, Tier
 from retrieval.passages import Passage, best_passage, whole_document
-from retrieval.precise import at_most_reference, precise_doc
-from retrieval.ranking import RankedDoc, features, rank
-from retrieval.relevance import TierModel, completeness_hint, grade
-from retrieval.tracker import HeldView, MemorySnapshot
+from retrieval.ranking import RankedDoc
 from storage.catalog import CatalogEntry, ChunkRecord
-from storage.text import Language
 
 if TYPE_CHECKING:
     from retrieval.requests import LookupRequest, Policy
@@ -48,58 +33,6 @@ _HELD_SHARE = 0.5
 
 
 @dataclass(frozen=True)
-class Graded:
-    """The ranked candidates of one query and their tier, before memory and governance."""
-
-    tier: Tier
-    ranked: tuple[RankedDoc, ...]
-    precise: str | None
-    features: dict[str, float]
-    codes: dict[str, tuple[str, ...]]  # doc_key -> the codes the query named in it
-    l0_docs: tuple[str, ...]
-    l0_titles: list[str]
-    cosines: tuple[float, ...]
-
-
-def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) -> Graded:
-    """Rank, compute features and grade; NO_MATCH keeps no candidates."""
-    ranked = [
-        d
-        for d in rank(
-            evidence,
-            model.cross_language_offset,
-            model.lexical_weight,
-            model.sparse_weight,
-            model.rerank_weight,
-        )
-        if d.doc_key in view.entries
-    ]
-    feats = features(evidence, ranked)
-    precise = precise_doc(evidence, ranked, feats, model, view.entries)
-    # Nothing ranked is NO_MATCH whatever the model says of all-zero features (a zero background
-    # score reads as far from the background, which the on-topic model counts for the question).
-    tier = grade(feats, model, precise=precise is not None) if ranked else Tier.NO_MATCH
-    tier = at_most_reference(tier, evidence)
-    if precise is not None:
-        ranked.sort(key=lambda d: d.doc_key != precise)
-    codes: dict[str, list[str]] = {}
-    for hit in evidence.l0:
-        if hit.kind == "code":
-            codes.setdefault(hit.doc_key, []).append(hit.term)
-    l0_docs = tuple(sorted({h.doc_key for h in evidence.l0 if h.doc_key in view.entries}))
-    return Graded(
-        tier=tier,
-        ranked=tuple(ranked),
-        precise=precise,
-        features=feats,
-        codes={k: tuple(v) for k, v in codes.items()},
-        l0_docs=l0_docs,
-        l0_titles=[view.entries[k].title for k in l0_docs],
-        cosines=tuple(h.cosine for h in evidence.dense),
-    )
-
-
-@dataclass(frozen=True)
 class Plan:
     """What one call delivers, which held documents it names, and why it may deliver nothing."""
 
@@ -111,11 +44,6 @@ class Plan:
     answered: tuple[str, ...] = ()  # held documents a refused repeat shows to be answered
     # The held document and section that best match a targeted lookup refused as DEDUPED.
     held_match: tuple[str, str] | None = None
-
-    @property
-    def deciding_tier(self) -> Tier:
-        # A domain_retrieved refusal leaves the targeted channel open, like a REFERENCE result.
-        return Tier.REFERENCE if self.dedup_reason == "domain_retrieved" else self.tier
 
     @classmethod
     def closed(cls, graded: Graded | None, snapshot: MemorySnapshot, top_k: int, view: KnowledgeView) -> Plan:
@@ -366,124 +294,3 @@ def _supplement_margin(tier: Tier, policy: Policy) -> float | None:
 def _already_held(candidates: Sequence[RankedDoc], holders: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The held documents the candidates name (a copy names its held twin), best-ranked first."""
     return tuple(dict.fromkeys(key for doc in candidates for key in holders.get(doc.doc_key, ())))
-
-
-def render_result(
-    plan: Plan,
-    documents: list[DocumentContent],
-    view: KnowledgeView,
-    snapshot: MemorySnapshot | None,
-    *,
-    scope: SessionScope,
-    language: Language,
-    config: GovernanceConfig,
-    usage: Usage,
-    decision: Decision | None,
-    next_call: NextCall | None,
-    level: WaterLevel | None,
-    domains: list[str],
-    memory: bool,
-    governed: bool,
-) -> LookupResult:
-    """The result the agent reads."""
-    already = [_already(view, snapshot, key) for key in plan.already if snapshot is not None]
-    budget = _budget(
-        plan, config, usage, decision, next_call, level, language, memory=memory, governed=governed
-    )
-    return LookupResult(
-        found=bool(documents),
-        relevance_level=plan.tier,
-        completeness_hint=completeness_hint(plan.tier, language),
-        primary=documents[0] if documents else None,
-        supplement=documents[1:],
-        retrieved_domains_this_session=domains,
-        dedup_reason=plan.dedup_reason,
-        already_in_context=already,
-        session_scope=scope,
-        message=_message(plan, documents, already, budget, view, memory_off=not memory),
-        budget=budget,
-    )
-
-
-def _already(view: KnowledgeView, snapshot: MemorySnapshot | None, key: str) -> AlreadyInContext:
-    held = snapshot.documents[key] if snapshot else None
-    title = view.entries[key].title if key in view.entries else (held.title if held else key)
-    return AlreadyInContext(doc_key=key, title=title, sections=list(held.headings) if held else [])
-
-
-def _budget(
-    plan: Plan,
-    config: GovernanceConfig,
-    usage: Usage,
-    decision: Decision | None,
-    next_call: NextCall | None,
-    level: WaterLevel | None,
-    language: Language,
-    *,
-    memory: bool,
-    governed: bool,
-) -> Budget:
-    if not governed:
-        text = (
-            "governance is off: lookups are not limited"
-            if memory
-            else "no session memory: dedup and budget are off for this call"
-        )
-        return Budget(calls_used=usage.calls, water_level=None, next_call=None, guidance=text)
-    key: GuidanceKey
-    if plan.dedup_reason == "circuit_open":
-        key = "circuit_open"
-    elif decision is None:
-        key = "allow"
-    elif plan.dedup_reason == "domain_retrieved" and decision.next_call is not NextCall.STOP:
-        key = "domain_retrieved"
-    elif plan.dedup_reason == "missing_dimension_required" and decision.next_call is not NextCall.STOP:
-        key = "missing_dimension_required"
-    else:
-        key = decision.guidance_key
-    return Budget(
-        calls_used=usage.calls,
-        water_level=level,
-        next_call=next_call,
-        guidance=guidance_text(config, key, language, usage),
-    )
-
-
-def _message(
-    plan: Plan,
-    documents: list[DocumentContent],
-    already: list[AlreadyInContext],
-    budget: Budget,
-    view: KnowledgeView,
-    *,
-    memory_off: bool,
-) -> str:
-    parts: list[str] = []
-    if documents:
-        parts.append(f"{len(documents)} new passage(s), tier {plan.tier.value}.")
-        if plan.tier is Tier.REFERENCE:
-            # REFERENCE covers questions the knowledge base may not answer: say so plainly.
-            parts.append(
-                "These documents are related to the question but may not answer it: check that "
-                "they do before relying on them."
-            )
-        if any(d.partial for d in documents):
-            parts.append("Partial documents: read knowledge://doc/{doc_key} or read_knowledge_doc for more.")
-    elif plan.dedup_reason == "circuit_open":
-        parts.append("Retrieval skipped: lookup_knowledge is closed for this session.")
-    elif plan.held_match is not None:
-        doc_key, heading = plan.held_match
-        title = view.entries[doc_key].title if doc_key in view.entries else doc_key
-        where = f"'{title}', section '{heading}'" if heading else f"'{title}'"
-        parts.append(f"You already hold the passage that best matches this dimension: {where} ({doc_key}).")
-    elif plan.dedup_reason is not None:
-        parts.append("You already hold what matches.")
-    else:
-        parts.append("Nothing in the knowledge base matches.")
-    if already:
-        parts.append(f"{len(already)} matching document(s) already in your context.")
-    if memory_off:
-        parts.append("No session could be identified, so documents may repeat.")
-    # The guidance also stands alone in the budget, where it starts in lower case.
-    parts.append(budget.guidance[:1].upper() + budget.guidance[1:])
-    return " ".join(parts)

@@ -7,7 +7,7 @@ import threading
 import anyio
 import pytest
 
-from retrieval.tracker import ActionMemory, Delivery, SessionMemory
+from retrieval.action_memory import ActionMemory, Delivery, SessionMemory
 
 
 class FakeClock:
