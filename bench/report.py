@@ -320,20 +320,7 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
         ]
     else:
         lines.append("Not measured in this run.")
-    commit = results.get("log_commit") or {}
-    if "full" in commit:
-        lines += [
-            "",
-            "## Invocation-log commit",
-            "",
-            'Each call\'s row is committed before its response. The "log commit" column above is that',
-            "commit timed inside the server; here the same rows are committed directly, alternating the",
-            "SQLite durability mode round by round (ms, median / p95 / spread):",
-            "",
-            f"- `synchronous=FULL` (fsync on every commit): {_ms(commit['full'])}",
-            f"- `synchronous=NORMAL` (WAL; survives a process crash, not a power loss or OS crash; the"
-            f" server's setting): {_ms(commit['normal'])}",
-        ]
+    lines += _log_lines(results.get("log_commit") or {})
     gov = results.get("governance") or {}
     lines += ["", "## Governance payoff", ""]
     if gov.get("traces"):
@@ -353,6 +340,39 @@ def render(results: dict[str, Any], targets: list[dict[str, Any]]) -> str:
     lines += _console_lines(results.get("console") or {})
     lines.append("")
     return "\n".join(lines)
+
+
+def _log_lines(commit: dict[str, Any]) -> list[str]:
+    """The invocation log's write per call: durability modes, and aiosqlite against the previous write."""
+    if "full" not in commit:
+        return []
+    lines = [
+        "",
+        "## Invocation-log commit",
+        "",
+        'Each call\'s row is committed before its response. The "log commit" column above is that',
+        "commit timed inside the server; here the same calls (a row and a session's memory state, one",
+        "transaction each) are written directly, alternating the variants round by round (ms, median / p95 / spread):",
+        "",
+        f"- `synchronous=FULL` (fsync on every commit): {_ms(commit['full'])}",
+        f"- `synchronous=NORMAL` (WAL; survives a process crash, not a power loss or OS crash; the"
+        f" server's setting): {_ms(commit['normal'])}",
+    ]
+    cost = commit.get("aiosqlite_cost_ms")
+    if cost:
+        lines += [
+            "",
+            "The log writes through aiosqlite. The previous write, one synchronous function on a plain",
+            "`sqlite3` connection (`bench/log_baseline.py`), under NORMAL:",
+            "",
+            f"- on the event loop (its path when the write lock was free): {_ms(commit['sqlite3_inline'])}",
+            f"- as one hop to its own thread: {_ms(commit['sqlite3_thread'])}",
+            "",
+            f"aiosqlite costs {cost['vs_sqlite3_inline']:.3f} ms per call more than the first and"
+            f" {cost['vs_sqlite3_thread']:.3f} ms more than the second (medians; accepted up to"
+            f" {cost['acceptable']:.1f} ms).",
+        ]
+    return lines
 
 
 def _console_lines(console: dict[str, Any]) -> list[str]:

@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "short", short_sizes, short, embedder, embedder, args, results, results_dir, clock, reference=None
     )
 
-    clock("invocation-log commit by durability mode")
+    clock("invocation-log write: durability modes, aiosqlite against plain sqlite3")
     results["log_commit"] = log_bench.measure(work, rounds=3 if quick else 5, per_round=20 if quick else 40)
     _write_json(results_dir / "log-commit.json", results["log_commit"])
 

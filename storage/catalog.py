@@ -26,107 +26,24 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
+from storage.catalog_records import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    CatalogEntry,
+    ChunkRecord,
+    DocumentRecord,
+    PlannedChunk,
+)
 from storage.documents import Document
 from storage.lexical_index import TermRow
 from storage.text import terms
 
+__all__ = ["SCHEMA_VERSION", "Catalog", "CatalogEntry", "ChunkRecord", "DocumentRecord", "PlannedChunk"]
+
 logger = logging.getLogger(__name__)
-
-SCHEMA_VERSION = "4"
-# chunk_vocab (an fts5vocab table) is no longer created; it is listed so that a layout change drops it.
-_TABLES = ("documents", "chunks", "chunk_terms", "chunk_vocab", "pending", "shared_versions", "meta")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
-    doc_key TEXT PRIMARY KEY,
-    content_hash TEXT NOT NULL,
-    title TEXT NOT NULL,
-    domain TEXT NOT NULL,
-    keywords TEXT NOT NULL,
-    identifiers TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    domain_description TEXT NOT NULL,
-    when_to_retrieve TEXT NOT NULL,
-    body TEXT NOT NULL,
-    chunk_count INTEGER NOT NULL,
-    updated_at REAL NOT NULL,
-    languages TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    chunk_id TEXT PRIMARY KEY,
-    doc_key TEXT NOT NULL,
-    chunk_index INTEGER NOT NULL,
-    heading TEXT NOT NULL,
-    text TEXT NOT NULL,
-    language TEXT NOT NULL,
-    lexical_weights TEXT
-);
-CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_key, chunk_index);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
-    chunk_id UNINDEXED, doc_key UNINDEXED, domain UNINDEXED, terms, tokenize = "unicode61 tokenchars '_'"
-);
-CREATE TABLE IF NOT EXISTS pending (
-    doc_key TEXT PRIMARY KEY,
-    content_hash TEXT,
-    chunk_ids TEXT NOT NULL DEFAULT '[]'
-);
--- Which version of the shared catalog (storage.shared_catalog) each document is; empty on Milvus Lite.
-CREATE TABLE IF NOT EXISTS shared_versions (doc_key TEXT PRIMARY KEY, version TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0');
-"""
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    doc_key: str
-    content_hash: str
-    title: str
-    domain: str
-    keywords: tuple[str, ...]
-    summary: str
-    domain_description: str
-    when_to_retrieve: str
-    body: str
-    chunk_count: int
-    languages: tuple[str, ...] = ()
-    identifiers: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    """One visible chunk: where it sits in its document and what it says."""
-
-    chunk_id: str
-    doc_key: str
-    index: int
-    heading: str
-    text: str
-    language: str
-
-
-@dataclass(frozen=True)
-class PlannedChunk:
-    """A chunk of a document about to be committed."""
-
-    chunk_id: str
-    index: int
-    heading: str
-    text: str
-    language: str
-    # Token id -> weight (BGE-M3), when this chunk was just embedded by a model that gives them.
-    # None for a chunk that kept its id: its stored weights are kept.
-    lexical_weights: Mapping[str, float] | None = None
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    """One document as the catalog holds it, chunks with their text and stored lexical weights."""
-
-    entry: CatalogEntry
-    chunks: tuple[PlannedChunk, ...]
 
 
 class Catalog:
@@ -167,9 +84,9 @@ class Catalog:
                     version,
                     SCHEMA_VERSION,
                 )
-                for table in reversed(_TABLES):
+                for table in reversed(TABLES):
                     self._db.execute(f"DROP TABLE IF EXISTS {table}")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
 
     def close(self) -> None:
@@ -313,18 +230,7 @@ class Catalog:
     def commit_document(self, doc: Document, chunks: Sequence[PlannedChunk]) -> None:
         """Make doc's new chunks the visible ones, atomically."""
         entry = CatalogEntry(
-            doc_key=doc.doc_key,
-            content_hash=doc.content_hash,
-            title=doc.title,
-            domain=doc.domain,
-            keywords=doc.keywords,
-            summary=doc.summary,
-            domain_description=doc.domain_description,
-            when_to_retrieve=doc.when_to_retrieve,
-            body=doc.body,
-            chunk_count=len(chunks),
-            languages=tuple(sorted({c.language for c in chunks})),
-            identifiers=doc.identifiers,
+            **doc.fields(), chunk_count=len(chunks), languages=tuple(sorted({c.language for c in chunks}))
         )
         with self._transaction():
             # Chunks that kept their id were not embedded again: carry their weights over.

@@ -1,9 +1,9 @@
-"""Async read-only reads of the invocation log, for the gap report and the web console.
+"""Async read-only reads of the invocation log, for the gap report, the web console and stats.
 
-Each read opens its own ``mode=ro`` aiosqlite connection (the writer stays a plain ``sqlite3``
-connection, storage.invocation_log): in WAL mode a reader never blocks the server's writes, and
-aiosqlite keeps the query off the event loop, so a console page does not stall the lookups of
-the process that serves it.
+Each read opens its own ``mode=ro`` aiosqlite connection, apart from the writer's
+(storage.invocation_log): in WAL mode a reader never blocks the server's writes, and aiosqlite
+keeps the query off the event loop, so a console page does not stall the lookups of the process
+that serves it.
 """
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ class ReadRow:
     doc_keys: tuple[str, ...]
 
 
+def refuse_newer(path: Path, version: int) -> None:
+    """SchemaVersionError if the log at ``path`` is at a version newer than this code knows."""
+    if version > latest_version():
+        raise SchemaVersionError(
+            f"log database {str(path)!r} is at schema version {version}, newer than this code knows "
+            f"(latest {latest_version()}); upgrade lookup-knowledge-mcp"
+        )
+
+
 @asynccontextmanager
 async def read_only(path: Path) -> AsyncIterator[aiosqlite.Connection]:
     """A read-only connection to the log at ``path``; SchemaVersionError for a newer file."""
@@ -62,12 +71,7 @@ async def read_only(path: Path) -> AsyncIterator[aiosqlite.Connection]:
     try:
         async with conn.execute("SELECT MAX(version) FROM schema_version") as cursor:
             row = await cursor.fetchone()
-        version = int(row[0] or 0) if row else 0
-        if version > latest_version():
-            raise SchemaVersionError(
-                f"log database {str(path)!r} is at schema version {version}, newer than this code knows "
-                f"(latest {latest_version()}); upgrade lookup-knowledge-mcp"
-            )
+        refuse_newer(path, int(row[0] or 0) if row else 0)
         yield conn
     finally:
         await conn.close()

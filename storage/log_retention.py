@@ -16,9 +16,10 @@ several processes is checkpointed as often as one used by a single process.
 from __future__ import annotations
 
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiosqlite
 
 # A checkpoint runs once the WAL is this large, or this long after the last one with commits since.
 CHECKPOINT_WAL_BYTES = 1024 * 1024
@@ -53,48 +54,50 @@ def wal_bytes(path: Path) -> int:
         return 0
 
 
-def _delete_batch(conn: sqlite3.Connection, where: str, parameters: tuple[float | int, ...]) -> int:
-    cursor = conn.execute(
+async def _delete_batch(db: aiosqlite.Connection, where: str, parameters: tuple[float | int, ...]) -> int:
+    cursor = await db.execute(
         f"DELETE FROM tool_invocation WHERE id IN (SELECT id FROM tool_invocation WHERE {where} LIMIT ?)",
         (*parameters, BATCH),
     )
     return cursor.rowcount
 
 
-def prune_step(conn: sqlite3.Connection, retention: Retention, now: float) -> Pruned:
-    """One transaction of pruning as of ``now`` (unix seconds): at most BATCH rows; call until it deletes none.
+async def _deleted(db: aiosqlite.Connection, sql: str, cutoff: float) -> int:
+    return (await db.execute(sql, (cutoff,))).rowcount
 
-    One batch per call, so the caller can let the rows of new calls in between.
+
+async def prune_step(db: aiosqlite.Connection, retention: Retention, now: float) -> Pruned:
+    """One batch of pruning as of ``now`` (unix seconds): at most BATCH rows; call until it deletes none.
+
+    The caller commits: one batch per transaction, so the rows of new calls get in between.
     """
     rows = gaps = memories = 0
     if retention.days is not None:
         cutoff = now - retention.days * 86400
-        rows = _delete_batch(conn, "ts < ?", (cutoff,))
-        gaps = conn.execute("DELETE FROM log_gap WHERE last_ts < ?", (cutoff,)).rowcount
+        rows = await _delete_batch(db, "ts < ?", (cutoff,))
+        gaps = await _deleted(db, "DELETE FROM log_gap WHERE last_ts < ?", cutoff)
     if retention.max_rows is not None and rows < BATCH:
-        newest_dropped = conn.execute(
-            "SELECT id FROM tool_invocation ORDER BY id DESC LIMIT 1 OFFSET ?", (retention.max_rows,)
+        newest_dropped = await (
+            await db.execute(
+                "SELECT id FROM tool_invocation ORDER BY id DESC LIMIT 1 OFFSET ?", (retention.max_rows,)
+            )
         ).fetchone()
         if newest_dropped is not None:
-            rows += _delete_batch(conn, "id <= ?", (newest_dropped[0],))
+            rows += await _delete_batch(db, "id <= ?", (newest_dropped[0],))
     if retention.memory_ttl_s is not None:
         cutoff = now - retention.memory_ttl_s
-        memories = conn.execute("DELETE FROM session_memory WHERE last_seen < ?", (cutoff,)).rowcount
-    conn.commit()
+        memories = await _deleted(db, "DELETE FROM session_memory WHERE last_seen < ?", cutoff)
     return Pruned(rows, gaps, memories)
 
 
-def checkpoint(path: Path) -> None:
+async def checkpoint(path: Path) -> None:
     """A TRUNCATE checkpoint on a connection of its own: the WAL is copied and emptied.
 
     PASSIVE never blocked the writer, but under a steady stream of rows it never caught up with
     the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
     TRUNCATE holds the write lock for the copy (milliseconds for the 1 MiB that triggers it);
-    a row written meanwhile goes to the log's thread and waits there, off the event loop.
+    a row written meanwhile waits for it on the log's connection, off the event loop.
     """
-    conn = sqlite3.connect(path, timeout=1.0)
-    try:
-        conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    async with aiosqlite.connect(path, timeout=1.0) as db:
+        await db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
+        await db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

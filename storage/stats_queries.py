@@ -1,19 +1,24 @@
 """Read-only aggregate queries over the invocation log, for ``stats`` and knowledge://stats.
 
-They open their own read-only connection (WAL lets them run beside a live server without
-blocking its writes) and aggregate in SQL, so a long log is summarised without loading it.
+They open their own read-only aiosqlite connection (WAL lets them run beside a live server
+without blocking its writes, and aiosqlite keeps them off the event loop of the server that
+serves knowledge://stats) and aggregate in SQL, so a long log is summarised without loading it.
+The ``stats`` command, which has no event loop, calls ``read_log_stats``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.schema import SchemaVersionError, current_version, latest_version
+import aiosqlite
+
+from storage.log_reads import fetch, refuse_newer
 
 LOOKUP = "lookup_knowledge"
 # Refusals that skip retrieval altogether (a closed session).
@@ -65,106 +70,130 @@ class _Window:
         return (" WHERE " + " AND ".join(clauses)) if clauses else ""
 
 
-def _percentile(conn: sqlite3.Connection, window: _Window, tool: str | None, p: float) -> float | None:
+async def _one(conn: aiosqlite.Connection, sql: str, params: list[Any]) -> Any:
+    """The first row of one statement, or None."""
+    rows = await fetch(conn, sql, tuple(params))
+    return rows[0] if rows else None
+
+
+async def _percentile(
+    conn: aiosqlite.Connection, window: _Window, tool: str | None, p: float
+) -> float | None:
     """Nearest-rank percentile of latency_ms, computed in SQL."""
     extra = ("tool_name = ?",) if tool else ()
     params = [*window.params, *([tool] if tool else [])]
-    (count,) = conn.execute(f"SELECT COUNT(*) FROM tool_invocation{window.where(*extra)}", params).fetchone()
+    (count,) = await _one(conn, f"SELECT COUNT(*) FROM tool_invocation{window.where(*extra)}", params)
     if not count:
         return None
     offset = max(0, math.ceil(p * count) - 1)
-    row = conn.execute(
+    row = await _one(
+        conn,
         f"SELECT latency_ms FROM tool_invocation{window.where(*extra)} ORDER BY latency_ms LIMIT 1 OFFSET ?",
         [*params, offset],
-    ).fetchone()
+    )
     return float(row[0])
 
 
-def _latencies(conn: sqlite3.Connection, window: _Window, tools: list[str]) -> dict[str, tuple[float, float]]:
+async def _latencies(
+    conn: aiosqlite.Connection, window: _Window, tools: list[str]
+) -> dict[str, tuple[float, float]]:
     result = {}
     for tool in [*tools, None]:
-        p50, p95 = _percentile(conn, window, tool, 0.50), _percentile(conn, window, tool, 0.95)
+        p50, p95 = await _percentile(conn, window, tool, 0.50), await _percentile(conn, window, tool, 0.95)
         if p50 is not None and p95 is not None:
             result[tool or "all"] = (p50, p95)
     return result
 
 
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
-    version = current_version(conn)
-    if version > latest_version():
-        conn.close()
-        raise SchemaVersionError(
-            f"log database {str(path)!r} is at schema version {version}, newer than this code knows "
-            f"(latest {latest_version()}); upgrade lookup-knowledge-mcp"
-        )
-    return conn
+async def _schema_version(conn: aiosqlite.Connection) -> int:
+    """The highest applied version, 0 for an empty database."""
+    exists = await fetch(conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'")
+    if not exists:
+        return 0
+    (version,) = await _one(conn, "SELECT MAX(version) FROM schema_version", [])
+    return int(version or 0)
 
 
-def read_log_stats(path: Path, *, since: float | None = None, session_key: str | None = None) -> LogStats:
+async def log_stats(path: Path, *, since: float | None = None, session_key: str | None = None) -> LogStats:
     """Aggregate the log at ``path`` (an absent file is an empty log; it is never created here)."""
     if not path.exists():
         return LogStats(path=str(path), schema_version=0)
-    conn = _open_read_only(path)
-    try:
-        version = current_version(conn)
+    async with aiosqlite.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0) as conn:
+        version = await _schema_version(conn)
+        refuse_newer(path, version)
         if version == 0:
             return LogStats(path=str(path), schema_version=0)
-        return _aggregate(conn, path, version, since, session_key)
-    finally:
-        conn.close()
+        return await _aggregate(conn, path, version, _Window(since, session_key), since)
 
 
-def _aggregate(
-    conn: sqlite3.Connection, path: Path, version: int, since: float | None, session_key: str | None
+def read_log_stats(path: Path, *, since: float | None = None, session_key: str | None = None) -> LogStats:
+    """``log_stats`` for a synchronous caller (the ``stats`` command), on an event loop of its own."""
+
+    def run() -> LogStats:
+        return asyncio.run(log_stats(path, since=since, session_key=session_key))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    # Called from a thread that runs a loop (a command invoked in-process): asyncio.run cannot
+    # nest, so the read gets a thread and a loop of its own, and this caller waits, as it would
+    # for a synchronous read.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+async def _aggregate(
+    conn: aiosqlite.Connection, path: Path, version: int, w: _Window, since: float | None
 ) -> LogStats:
-    w = _Window(since, session_key)
     lookup = f"tool_name = '{LOOKUP}'"
 
-    def grouped(column: str, *extra: str) -> dict[Any, int]:
+    async def grouped(column: str, *extra: str) -> dict[Any, int]:
         sql = f"SELECT {column}, COUNT(*) FROM tool_invocation{w.where(*extra)} GROUP BY 1"
-        return {key: count for key, count in conn.execute(sql, w.params)}
+        return {key: count for key, count in await fetch(conn, sql, tuple(w.params))}
 
-    def scalar(sql: str, params: list[Any] | None = None) -> Any:
-        return conn.execute(sql, w.params if params is None else params).fetchone()[0]
+    async def scalar(sql: str, params: list[Any] | None = None) -> Any:
+        return (await _one(conn, sql, w.params if params is None else params))[0]
 
-    calls_by_tool = grouped("tool_name")
-    per_session = conn.execute(
+    calls_by_tool = await grouped("tool_name")
+    per_session = await fetch(
+        conn,
         f"SELECT COUNT(*), SUM(tool_name = '{LOOKUP}') FROM tool_invocation"
         f"{w.where('session_key IS NOT NULL')} GROUP BY session_key",
-        w.params,
-    ).fetchall()
+        tuple(w.params),
+    )
     sim = "json_extract(retrieval_details, '$.l1_top_similarity')"
-    latest = conn.execute(
+    latest = await _one(
+        conn,
         "SELECT json_extract(retrieval_details, '$.embedder'), json_extract(retrieval_details, '$.thresholds')"
         f" FROM tool_invocation{w.where(lookup, 'retrieval_details IS NOT NULL')} ORDER BY id DESC LIMIT 1",
         w.params,
-    ).fetchone()
+    )
     gap_where = " WHERE last_ts >= ?" if since is not None else ""
     return LogStats(
         path=str(path),
         schema_version=version,
         calls_by_tool=calls_by_tool,
-        relevance_levels=grouped("relevance_level", lookup),
-        dedup_reasons=grouped("dedup_reason", lookup),
+        relevance_levels=await grouped("relevance_level", lookup),
+        dedup_reasons=await grouped("dedup_reason", lookup),
         # The epsilon keeps 0.89 * 200 = 177.99999... in bucket 178.
-        similarity_buckets=grouped(
+        similarity_buckets=await grouped(
             f"CAST({sim} / {SIMILARITY_BUCKET} + 1e-9 AS INTEGER)", lookup, f"{sim} IS NOT NULL"
         ),
         calls_per_session=sorted(int(calls) for calls, _ in per_session),
         lookups_per_session=sorted(int(lookups) for _, lookups in per_session if lookups),
-        redundant_lookups=scalar(
+        redundant_lookups=await scalar(
             f"SELECT COUNT(*) FROM tool_invocation"
             f"{w.where(lookup, 'error IS NULL', 'json_array_length(result_doc_keys) = 0')}"
         ),
-        errors=scalar(f"SELECT COUNT(*) FROM tool_invocation{w.where('error IS NOT NULL')}"),
-        latency_ms=_latencies(conn, w, sorted(calls_by_tool)),
-        first_ts=scalar(f"SELECT MIN(ts) FROM tool_invocation{w.where()}"),
-        last_ts=scalar(f"SELECT MAX(ts) FROM tool_invocation{w.where()}"),
+        errors=await scalar(f"SELECT COUNT(*) FROM tool_invocation{w.where('error IS NOT NULL')}"),
+        latency_ms=await _latencies(conn, w, sorted(calls_by_tool)),
+        first_ts=await scalar(f"SELECT MIN(ts) FROM tool_invocation{w.where()}"),
+        last_ts=await scalar(f"SELECT MAX(ts) FROM tool_invocation{w.where()}"),
         embedder=latest[0] if latest else None,
         thresholds=json.loads(latest[1]) if latest and latest[1] else None,
         missed_rows=int(
-            scalar(f"SELECT COALESCE(SUM(missed), 0) FROM log_gap{gap_where}", [since] if since else [])
+            await scalar(f"SELECT COALESCE(SUM(missed), 0) FROM log_gap{gap_where}", [since] if since else [])
             if version >= 3
             else 0
         ),

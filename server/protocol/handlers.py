@@ -7,7 +7,6 @@ result into what the protocol returns. The handlers in ``tools.py``, ``resources
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
@@ -30,7 +29,7 @@ from server.protocol.lifespan import AppResources, WarmupError
 from server.protocol.recorder import CallRecorder
 from server.rendering import render_lookup
 from storage.schema import SchemaVersionError
-from storage.stats_queries import read_log_stats
+from storage.stats_queries import log_stats
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ class KnowledgeHandlers:
         log, settings = self.resources.log, self.resources.settings
         path = log.path if log is not None else settings.log_path
         try:
-            summary = summarize(await asyncio.to_thread(read_log_stats, path))
+            summary = summarize(await log_stats(path))
         except (sqlite3.Error, SchemaVersionError) as exc:
             # Clients of the resource learn nothing about the server's filesystem: no path here.
             logger.error("cannot read the invocation log %s: %s", path, exc)
