@@ -11,6 +11,11 @@ started and stopped by the lifespan of the app that serves the console, at a low
 ``LogPages`` is the work itself: the worker keeps one per log file (its running totals persist
 between pages), and a console whose process is not running (a test's client without a lifespan)
 keeps its own and builds on its event loop.
+
+The worker is spawned, not forked (a fork would copy the serving process's threads, locks and
+Milvus Lite state mid-use), so it imports this package afresh; like any spawned worker it also
+re-imports the main module, which the entry points (``lookup-knowledge-mcp``, ``python -m ...``,
+pytest) guard with ``if __name__ == "__main__"``.
 """
 
 from __future__ import annotations
