@@ -43,7 +43,7 @@ PAGES = ("", "/gaps", "/documents", "/sessions", "/map")
 TARGET_MS = 300.0
 # Lookups with the console loaded may be at most this much slower at p95 than lookups alone.
 ACCEPT_P95_RATIO = 1.1
-ROUNDS = 3
+ROUNDS = 6
 # The conditions compared: no console, a person reloading a page a second, pages without pause.
 CONDITIONS: dict[str, float | None] = {"alone": None, "browsing": 1.0, "back_to_back": 0.0}
 DAYS = 14
@@ -320,7 +320,7 @@ async def _lookup_now(base: str) -> None:
 
 
 def measure(
-    work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = 60
+    work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = 120
 ) -> dict[str, Any]:
     """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
     from server.config.settings import load_settings
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--per-page", type=int, default=10)
-    parser.add_argument("--lookups", type=int, default=60, help="lookups per condition")
+    parser.add_argument("--lookups", type=int, default=120, help="lookups per condition")
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".data" / "bench-console")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "console.json")
     args = parser.parse_args(argv)
