@@ -229,17 +229,46 @@ async def _browse(base: str, pause_s: float, stop: asyncio.Event, served: list[i
 async def _condition(
     client: Any, base: str, pause_s: float | None, first: int, count: int
 ) -> tuple[list[float], int]:
-    """One block of lookups: alone (``pause_s`` None) or while a client browses the console."""
+    """One block of lookups: alone (``pause_s`` None) or while a browser loads console pages.
+
+    The browser is a process of its own, as a real one is: receiving and parsing the pages in this
+    process would put the client's work on the loop that serves the lookups.
+    """
     if pause_s is None:
         return await _lookup_batch(client, first, count), 0
-    stop, served = asyncio.Event(), [0]
-    task = asyncio.create_task(_browse(base, pause_s, stop, served))
+    browser = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.console_bench", "--browse", base, "--pause", str(pause_s),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
     try:
         samples = await _lookup_batch(client, first, count)
     finally:
-        stop.set()
-        await task
-    return samples, served[0]
+        if browser.stdin is not None:
+            browser.stdin.close()  # the browser stops at the end of its page
+        served, _ = await browser.communicate()
+    if browser.returncode:
+        raise RuntimeError(f"the console browser exited with {browser.returncode}")
+    return samples, int(served.decode() or 0)
+
+
+def browse_main(base: str, pause_s: float) -> int:
+    """The browser process: pages until its stdin closes, then prints how many it loaded."""
+    import threading
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        stop, served = asyncio.Event(), [0]
+
+        def wait_for_eof() -> None:
+            sys.stdin.read()
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=wait_for_eof, daemon=True).start()
+        await _browse(base, pause_s, stop, served)
+        return served[0]
+
+    print(asyncio.run(run()))
+    return 0
 
 
 async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
@@ -362,7 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookups", type=int, default=120, help="lookups per condition")
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".data" / "bench-console")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "console.json")
+    parser.add_argument("--browse", metavar="URL", help=argparse.SUPPRESS)  # the browser process
+    parser.add_argument("--pause", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.browse:
+        return browse_main(args.browse, args.pause)
     from retrieval.embedders import CachedEmbedder, create_embedder
 
     embedder = CachedEmbedder(create_embedder("e5-small"), size=4096)
