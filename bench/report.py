@@ -398,15 +398,19 @@ def _console_lines(console: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| `/console{page if page != '/' else ''}` | {summary['median']} | {summary['p95']} |"
             )
-    alone, loaded = console["lookup_alone_ms"], console["lookup_with_console_load_ms"]
-    browsing = console.get("lookup_while_browsing_ms") or {}
+    lookups, ratios = console["lookups_ms"], console["ratio_to_alone"]
+    served = console["console_pages_served"]
     lines += [
         "",
-        f"Lookups through `/mcp` alone: median {alone['median']} ms, p95 {alone['p95']} ms; while another client",
-        f"browsed the console, a page a second: median {browsing.get('median')} ms, p95 {browsing.get('p95')} ms;",
-        f"while it requested pages without pause ({console['console_pages_served_during_load']} pages, each one"
-        f" rendered): median {loaded['median']} ms, p95 {loaded['p95']} ms.",
+        "Lookups through `/mcp` in the same process, the same lookups in each condition (interleaved rounds):",
+        "",
+        "| condition | console pages served | median | p95 | p95 / alone |",
+        "|---|---|---|---|---|",
     ]
+    for name, summary in lookups.items():
+        ratio = ratios.get(name, {}).get("p95", 1.0)
+        lines.append(f"| {name} | {served[name]} | {summary['median']} | {summary['p95']} | {ratio:.2f} |")
+    lines += ["", f"Acceptance: {console['acceptance']}: {'met' if console['accepted'] else 'NOT met'}."]
     return lines
 
 

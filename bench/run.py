@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder,
         rows=10_000 if quick else 100_000,
         per_page=3 if quick else 10,
-        lookups=10 if quick else 30,
+        lookups=12 if quick else 120,
     )
     _write_json(results_dir / "console.json", results["console"])
 

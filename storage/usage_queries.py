@@ -7,6 +7,7 @@ whole log on every page.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,18 +66,42 @@ async def document_usage(conn: aiosqlite.Connection, since: float | None) -> dic
     return usage
 
 
+_CALL_KEYS = (
+    "ts",
+    "tool",
+    "query",
+    "tier",
+    "dedup",
+    "water_level",
+    "next_call",
+    "call_index",
+    "docs",
+    "error",
+)
+
+
 async def session_calls(
-    conn: aiosqlite.Connection, session_key: str, *, limit: int = 200
-) -> list[dict[str, Any]]:
-    """One session's calls in order: tool, tier, documents, water level and next call."""
+    conn: aiosqlite.Connection, session_keys: Sequence[str], *, limit: int = 200
+) -> dict[str, list[dict[str, Any]]]:
+    """Each session's first ``limit`` calls in order: tool, tier, documents, water level and next call.
+
+    One statement for all the sessions: a page of 50 sessions was 50 statements (and 50 hops to
+    aiosqlite's thread) before.
+    """
+    if not session_keys:
+        return {}
+    marks = ", ".join("?" for _ in session_keys)
     rows = await fetch(
         conn,
-        "SELECT ts, tool_name, query, relevance_level, dedup_reason, water_level, next_call, call_index,"
-        " result_doc_keys, error IS NOT NULL FROM tool_invocation WHERE session_key = ? ORDER BY id LIMIT ?",
-        (session_key, limit),
+        "SELECT session_key, ts, tool_name, query, relevance_level, dedup_reason, water_level, next_call,"
+        " call_index, result_doc_keys, error IS NOT NULL FROM ("
+        "SELECT *, ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY id) AS n"
+        f" FROM tool_invocation WHERE session_key IN ({marks})) WHERE n <= ? ORDER BY id",
+        (*session_keys, limit),
     )
-    keys = ("ts", "tool", "query", "tier", "dedup", "water_level", "next_call", "call_index", "docs", "error")
-    calls = [dict(zip(keys, row, strict=True)) for row in rows]
-    for call in calls:
+    calls: dict[str, list[dict[str, Any]]] = {key: [] for key in session_keys}
+    for key, *values in rows:
+        call = dict(zip(_CALL_KEYS, values, strict=True))
         call["docs"] = json.loads(call["docs"] or "[]")
+        calls[key].append(call)
     return calls

@@ -70,7 +70,7 @@ def cmd_console(args: argparse.Namespace, settings: Settings, *_: Any) -> int:
     port = listeners[0].getsockname()[1]
     logger.info("console on http://%s/console", address_text(http.host, port))
     config = uvicorn.Config(
-        guarded_console(settings, runtime), host=http.host, port=port, log_level="warning", lifespan="off"
+        guarded_console(settings, runtime), host=http.host, port=port, log_level="warning", lifespan="on"
     )
     try:
         anyio.run(uvicorn.Server(config).serve, listeners)

@@ -9,10 +9,11 @@ past the escaping could not run or call out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +26,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from server.cli.stats import StatsArgumentError, parse_since
 from server.config.settings import Settings
 from server.console import pages
+from server.console.builder import LogPages, PageProcess, PageProcessStopped
 from server.container import Runtime
 from server.gap_report import GapReport, GapReporter
-from storage import usage_queries
-from storage.log_digest import LogDigest, Overview, SessionRow
-from storage.log_reads import log_position, read_only
 from storage.schema import SchemaVersionError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = "7d"
-SESSIONS_SHOWN = 100
 # A page is rendered at most this often per address: a console left reloading, or many people
 # looking at once, costs the process serving lookups one render per page and period, not one per
 # request (the figures are then at most this old).
 PAGE_TTL_S = 2.0
 PAGES_KEPT = 64
-SESSION_DETAILS = 50
 HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
     "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
@@ -70,8 +67,10 @@ class Console:
         self._settings = settings
         self._runtime = runtime
         self._reporter: GapReporter | None = None
-        self._digest = LogDigest()
+        self.pages = PageProcess()
+        self._log_pages = LogPages(log_path)
         self._pages: dict[tuple[str, str, bool], tuple[float, str]] = {}
+        self._renders: dict[tuple[str, ...], tuple[GapReport, object, str]] = {}
 
     def cached_page(self, path: str, query: str) -> str | None:
         """A page rendered less than PAGE_TTL_S ago for the same address (and query-text setting)."""
@@ -82,6 +81,23 @@ class Console:
         if len(self._pages) >= PAGES_KEPT:
             self._pages.clear()
         self._pages[(path, query, self.show_queries)] = (time.monotonic(), body)
+
+    def rendered(
+        self, key: tuple[str, ...], report: GapReport, extra: object, render: Callable[[], str]
+    ) -> str:
+        """A report page, rendered once per report (and ``extra``, compared by value) and variant ``key``.
+
+        The gaps, documents and map pages change only when their report is rebuilt (at most once a
+        minute): every other request of such a page costs a dictionary lookup, not a render.
+        """
+        hit = self._renders.get(key)
+        if hit is not None and hit[0] is report and hit[1] == extra:
+            return hit[2]
+        body = render()
+        if len(self._renders) >= PAGES_KEPT:
+            self._renders.clear()
+        self._renders[key] = (report, extra, body)
+        return body
 
     @property
     def show_queries(self) -> bool:
@@ -101,29 +117,26 @@ class Console:
             raise ReportPending(window)
         return report
 
-    async def digest(self) -> LogDigest:
-        """The log's running totals, with the rows written since the last page folded in."""
-        async with read_only(self.log_path) as conn:
-            if await log_position(conn) < self._digest.last_id:  # the log was recreated
-                self._digest = LogDigest()
-            await self._digest.refresh(conn)
-        return self._digest
+    async def log_page(self, page: str, *args: Any) -> str:
+        """The overview or sessions page (``LogPages.<page>``): by the page process while it runs.
 
-    async def overview(self, since: float | None) -> Overview:
-        if not self.log_path.exists():
-            return Overview(bucket_seconds=3600)
-        return (await self.digest()).overview(since)
+        The process runs between the lifespan's start and stop (``running``); a console without
+        one (a test's client that enters no lifespan) builds the page on its own event loop.
+        """
+        if self.pages.running:
+            return await self.pages.build(self.log_path, page, *args)
+        build: Callable[..., Awaitable[str]] = getattr(self._log_pages, page)
+        return await build(*args)
 
-    async def sessions(self, since: float | None) -> tuple[list[SessionRow], dict[str, list[dict[str, Any]]]]:
-        if not self.log_path.exists():
-            return [], {}
-        rows = (await self.digest()).active_sessions(since, SESSIONS_SHOWN)
-        async with read_only(self.log_path) as conn:
-            calls = {
-                s.session_key: await usage_queries.session_calls(conn, s.session_key)
-                for s in rows[:SESSION_DETAILS]
-            }
-        return rows, calls
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The page process, for the life of the app that serves the console (its lifespan)."""
+        self.pages.start()
+        try:
+            yield
+        finally:
+            # Waits for a page in progress: on a thread, so the loop finishes its other work.
+            await asyncio.to_thread(self.pages.close)
 
 
 def _window(request: Request) -> tuple[str, float | None]:
@@ -159,49 +172,60 @@ def _page(
             console.keep_page(path, query, body)
         except ReportPending:
             return _html(pages.pending_page(request.url.path, label), 200)
-        except ConsoleUnavailable as exc:
-            logger.warning("console page %s: %s", request.url.path, exc)
-            return _html(
-                pages.message_page(
-                    "Unavailable", "The knowledge base is unavailable; see the server log.", label
-                ),
-                503,
-            )
-        except (SchemaVersionError, sqlite3.Error, OSError) as exc:
-            # The message names the file: it goes to the server's log, not to the page.
-            logger.warning("console page %s failed: %s", request.url.path, exc)
-            return _html(
-                pages.message_page(
-                    "Unavailable", "The invocation log cannot be read; see the server log.", label
-                ),
-                503,
-            )
+        except Exception as exc:  # the top of a page: every failure is a page that says so
+            return _failure(request.url.path, exc, label)
         logger.debug("console %s in %.1f ms", request.url.path, (time.perf_counter() - started) * 1000)
         return _html(body)
 
     return handler
 
 
+def _failure(path: str, exc: Exception, label: str) -> HTMLResponse:
+    """The page for a failed build: what failed, without paths or details (those go to the log)."""
+    if isinstance(exc, ConsoleUnavailable):
+        logger.warning("console page %s: %s", path, exc)
+        text, status = "The knowledge base is unavailable; see the server log.", 503
+    elif isinstance(exc, (SchemaVersionError, sqlite3.Error, OSError)):
+        # The message names the file: it goes to the server's log, not to the page.
+        logger.warning("console page %s failed: %s", path, exc)
+        text, status = "The invocation log cannot be read; see the server log.", 503
+    elif isinstance(exc, PageProcessStopped):
+        logger.warning("console page %s: %s", path, exc)
+        text, status = "The console's page process stopped; reload the page to start a new one.", 503
+    else:
+        logger.exception("console page %s failed", path)
+        text, status = "The page could not be built; see the server log.", 500
+    return _html(pages.message_page("Unavailable", text, label), status)
+
+
 async def _overview(console: Console, _: Request, label: str, since: float | None) -> str:
-    return pages.overview_page(await console.overview(since), label)
+    return await console.log_page("overview", label, since)
 
 
 async def _gaps(console: Console, _: Request, label: str, since: float | None) -> str:
     report = await console.report(label, since)
-    if not console.show_queries:
-        report = report.model_copy(update={"groups": []})
-    return pages.gaps_page(report, label)
+    shown = console.show_queries
+
+    def render() -> str:
+        return pages.gaps_page(report if shown else report.model_copy(update={"groups": []}), label)
+
+    return console.rendered(("gaps", label, str(shown)), report, None, render)
 
 
 async def _documents(console: Console, request: Request, label: str, since: float | None) -> str:
     sort = request.query_params.get("sort", "delivered")
     descending = request.query_params.get("order", "desc") != "asc"
-    return pages.documents_page(await console.report(label, since), label, sort, descending)
+    report = await console.report(label, since)
+    return console.rendered(
+        ("documents", label, sort, str(descending)),
+        report,
+        None,
+        lambda: pages.documents_page(report, label, sort, descending),
+    )
 
 
 async def _sessions(console: Console, _: Request, label: str, since: float | None) -> str:
-    rows, calls = await console.sessions(since)
-    return pages.sessions_page(rows, calls, label, console.show_queries)
+    return await console.log_page("sessions", label, since, console.show_queries)
 
 
 async def _map(console: Console, _: Request, label: str, since: float | None) -> str:
@@ -211,7 +235,9 @@ async def _map(console: Console, _: Request, label: str, since: float | None) ->
     for doc in report.documents.all:
         delivered[doc.domain or ""] = delivered.get(doc.domain or "", 0) + doc.delivered
     knowledge_map = await asyncio.to_thread(runtime.engine.knowledge_map)
-    return pages.map_page(knowledge_map, delivered, label)
+    return console.rendered(
+        ("map", label), report, knowledge_map, lambda: pages.map_page(knowledge_map, delivered, label)
+    )
 
 
 def console_app(console: Console) -> Starlette:
@@ -227,7 +253,15 @@ def console_app(console: Console) -> Starlette:
             ("/map", _map),
         )
     ]
-    app = Starlette(routes=routes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with console.running():
+            yield
+
+    # Served alone (``console``), this app's lifespan owns the page process; mounted beside /mcp,
+    # build_http_app enters ``console.running()`` in the server's lifespan instead.
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.console = console
     return app
 

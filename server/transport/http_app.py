@@ -63,8 +63,18 @@ def build_http_app(
             transport_security=security,
             host=http.host,
         )
+    console = served_console(resources)
+    served_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(starlette_app: Any) -> AsyncIterator[None]:
+        # The console's page process lives as long as the server (server.console.builder).
+        async with console.running(), served_lifespan(starlette_app):
+            yield
+
+    app.router.lifespan_context = lifespan
     # The console shares the guards below: the same token and Host/Origin checks as /mcp.
-    routed = WithConsole(app, console_app(served_console(resources)))
+    routed = WithConsole(app, console_app(console))
     guarded = HostOriginGuard(routed, host_policy(http.host, http.allowed_hosts))
     principals = http.principals()
     if principals:
