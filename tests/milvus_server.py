@@ -239,7 +239,9 @@ def _forget(data_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.milvus_server", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("action", choices=["start", "stop", "status", "_run"])
     parser.add_argument("--data", type=Path, required=True, help="the server's own data directory")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for start")
