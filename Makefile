@@ -56,7 +56,7 @@ test: install-dev
 	bash scripts/conformance
 
 # The edit-test loop: every suite but the end-to-end ones marked slow (subprocesses, servers,
-# a browser, many calls). About 3 minutes of CPU (README, Development); `make test` runs everything.
+# a browser, many calls). Under 4 minutes on 2 cores (README, Development); `make test` runs everything.
 test-fast: install-dev
 	$(BIN)/python -m pytest -q -m "not slow"
 
