@@ -46,7 +46,7 @@ MILVUS_SERVER_SUITES := tests/test_ingest.py tests/test_mcp_server.py tests/test
 test: install-dev
 	bash scripts/install-chromium
 	$(BIN)/python -m pytest -q -rs
-	@if problem="$$($(BIN)/python -c 'import sys; sys.path.insert(0, "scripts"); from milvus_server import package_problem; print(package_problem() or "")')" && [ -z "$$problem" ]; then \
+	@if problem="$$($(BIN)/python -c 'from tests.milvus_server import package_problem; print(package_problem() or "")')" && [ -z "$$problem" ]; then \
 		echo "== the same suites against a Milvus 2.3.5 server"; \
 		$(BIN)/python -m pytest -q --milvus-server $(MILVUS_SERVER_SUITES); \
 	else \
@@ -56,13 +56,13 @@ test: install-dev
 	bash scripts/conformance
 
 # The edit-test loop: every suite but the end-to-end ones marked slow (subprocesses, servers,
-# many calls). A few minutes on 2 cores; `make test` runs everything.
+# a browser, many calls). Under 4 minutes on 2 cores (README, Development); `make test` runs everything.
 test-fast: install-dev
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install-dev
 	$(BIN)/ruff check server storage retrieval tests bench scripts
-	$(BIN)/ruff format --check server storage retrieval tests bench
+	$(BIN)/ruff format --check server storage retrieval tests bench scripts
 	$(BIN)/mypy
 
 bench: install-dev
@@ -74,10 +74,10 @@ bench: install-dev
 # A Milvus 2.3.5 standalone server for trying milvus.uri by hand: prints the URI to use.
 MILVUS_DATA ?= .cache/milvus-server
 milvus-start: install-dev
-	$(BIN)/python scripts/milvus_server.py start --data $(MILVUS_DATA)
+	$(BIN)/python -m tests.milvus_server start --data $(MILVUS_DATA)
 
 milvus-stop:
-	$(BIN)/python scripts/milvus_server.py stop --data $(MILVUS_DATA)
+	$(BIN)/python -m tests.milvus_server stop --data $(MILVUS_DATA)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.load import SAMPLE_KB, _free_port, _wait_for_port
+from bench.load import SAMPLE_KB
 from storage.log_retention import wal_bytes
+from tests.helpers import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -64,14 +65,14 @@ def served(data_dir: Path, logs: Path, **settings: str) -> Iterator[tuple[int, s
     """A stateless streamable-HTTP server over data_dir; yields (port, process)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
     env.update({"LOOKUP_KNOWLEDGE_DATA_DIR": str(data_dir), **settings})
-    port = _free_port()
+    port = free_port()
     args = [sys.executable, "-m", "server", "serve", "--transport", "streamable-http", "--stateless"]
     with logs.open("wb") as log_file:
         proc = subprocess.Popen(
             [*args, "--port", str(port)], env=env, cwd=ROOT, stdout=log_file, stderr=log_file
         )
     try:
-        _wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout=120.0)
         yield port, proc
     finally:
         proc.terminate()

@@ -81,6 +81,40 @@ def embed_only(embedder: Any, texts: Sequence[str], batch: int) -> float:
     return time.perf_counter() - started
 
 
+def _ratio_run(
+    kb: Path, data: Path, embedder: Any, *, ingest_first: bool
+) -> tuple[float, float, int, int, dict[str, float]]:
+    """One run in a fresh data directory: ingest seconds, embed-only seconds, chunks, tokens, stages."""
+    shutil.rmtree(data, ignore_errors=True)
+    settings = load_settings(None, data_dir=data)
+    runtime = open_runtime(settings, embedder=embedder)  # Milvus start-up is not ingestion
+    rule = chunking_rule(settings, runtime.embedder)
+    texts = embedded_texts(kb, rule)
+    tokens = sum(runtime.embedder.count_tokens(t) for t in texts)
+    batch = settings.embedder.batch_size * 4  # what one Ingestor embedding call sees
+    stages = _Stages()
+
+    def ingest() -> tuple[float, int]:
+        started = time.perf_counter()
+        report = timed_ingest(runtime, kb, stages)
+        elapsed = time.perf_counter() - started
+        if report.failed:
+            raise RuntimeError(f"documents failed to ingest: {report.failed[:3]}")
+        return elapsed, report.chunks
+
+    try:
+        if ingest_first:
+            (seconds, chunks), embedded = ingest(), embed_only(runtime.embedder, texts, batch)
+        else:
+            embedded = embed_only(runtime.embedder, texts, batch)
+            seconds, chunks = ingest()
+    finally:
+        runtime.close()
+    stages.seconds["everything else (discovery, parsing, catalog)"] = seconds - sum(stages.seconds.values())
+    shutil.rmtree(data, ignore_errors=True)
+    return seconds, embedded, chunks, tokens, stages.seconds
+
+
 def ingest_ratio(kb: Path, work: Path, embedder: Any, *, runs: int, label: str) -> dict[str, Any]:
     """chunks/s of a full ingest and of embedding alone, per run, their ratio and the ingest's stages."""
     ingest_s: list[float] = []
@@ -88,39 +122,13 @@ def ingest_ratio(kb: Path, work: Path, embedder: Any, *, runs: int, label: str) 
     stage_runs: list[dict[str, float]] = []
     chunks = tokens = 0
     for run in range(runs):
-        data = work / f"ratio-{label}-{run}"
-        shutil.rmtree(data, ignore_errors=True)
-        settings = load_settings(None, data_dir=data)
-        runtime = open_runtime(settings, embedder=embedder)  # Milvus start-up is not ingestion
-        rule = chunking_rule(settings, runtime.embedder)
-        texts = embedded_texts(kb, rule)
-        tokens = sum(runtime.embedder.count_tokens(t) for t in texts)
-        batch = settings.embedder.batch_size * 4  # what one Ingestor embedding call sees
-        stages = _Stages()
-
-        def ingest(runtime: Any = runtime, stages: _Stages = stages) -> tuple[float, int]:
-            started = time.perf_counter()
-            report = timed_ingest(runtime, kb, stages)
-            elapsed = time.perf_counter() - started
-            if report.failed:
-                raise RuntimeError(f"documents failed to ingest: {report.failed[:3]}")
-            return elapsed, report.chunks
-
-        try:
-            if run % 2 == 0:
-                (seconds, chunks), embedded = ingest(), embed_only(runtime.embedder, texts, batch)
-            else:
-                embedded = embed_only(runtime.embedder, texts, batch)
-                seconds, chunks = ingest()
-        finally:
-            runtime.close()
-        stages.seconds["everything else (discovery, parsing, catalog)"] = seconds - sum(
-            stages.seconds.values()
+        # Alternate which goes first, so neither always runs on a warmer machine.
+        seconds, embedded, chunks, tokens, stages = _ratio_run(
+            kb, work / f"ratio-{label}-{run}", embedder, ingest_first=run % 2 == 0
         )
         ingest_s.append(seconds)
         embed_s.append(embedded)
-        stage_runs.append(stages.seconds)
-        shutil.rmtree(data, ignore_errors=True)
+        stage_runs.append(stages)
         print(
             f"  {label} run {run + 1}/{runs}: ingest {seconds:.1f} s ({chunks / seconds:.1f} chunks/s), "
             f"embed-only {embedded:.1f} s",

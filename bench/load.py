@@ -18,8 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -33,6 +31,8 @@ from typing import Any
 
 import anyio
 from mcp import Client
+
+from tests.helpers import free_port, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"
@@ -181,25 +181,6 @@ def load_env(data_dir: Path) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with code {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"server did not listen on port {port} within {timeout}s")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=200)
@@ -219,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
                 cwd=ROOT,
             )
-        port = _free_port()
+        port = free_port()
         with (Path(tmp) / "serve.log").open("wb") as log_file:
             proc = subprocess.Popen(
                 [
@@ -238,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 stderr=log_file,
             )
         try:
-            _wait_for_port(port, proc)
+            wait_for_port(port, proc, timeout=120.0)
             report = anyio.run(
                 lambda: drive(
                     f"http://127.0.0.1:{port}/mcp",
@@ -249,12 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             count_log_rows(data_dir / "log.sqlite", report)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, timeout=30)
     print(json.dumps(report.summary(), indent=2))
     for line in (report.errors + report.leaks)[:20]:
         print(line, file=sys.stderr)

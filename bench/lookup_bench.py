@@ -154,48 +154,58 @@ class LookupBench:
             if commit is not None:
                 commit.samples.clear()  # only the measured rounds count
 
-            series: dict[str, list[list[float]]] = {name: [] for name in _SERIES}
-            commits: list[list[float]] = []
-            tiers: dict[str, int] = {}
-            not_fresh: list[str] = []
-            store_searches = 0
-            for r in range(rounds):
-                current: dict[str, list[float]] = {name: [] for name in _SERIES}
-                for i, query in enumerate(take(self.queries, per_round)):
-                    before = (engine.searches, cached.misses)
-                    # Alternate the order so neither side always runs on a warmer cache.
-                    sample = await self._fresh_sample(client, query, lookup_first=(r + i) % 2 == 0)
-                    for name in _SERIES:
-                        current[name].append(sample[name])
-                    tiers[sample["tier"]] = tiers.get(sample["tier"], 0) + 1
-                    searched, embedded = engine.searches - before[0], cached.misses - before[1]
-                    store_searches += searched
-                    if searched == 0 or embedded != 1:
-                        # A cache answered: the sample is not a fresh lookup.
-                        not_fresh.append(f"{query!r}: searches +{searched}, embeddings +{embedded}")
-                for name in _SERIES:
-                    series[name].append(current[name])
-                if commit is not None:
-                    commits.append(commit.samples[:])
-                    commit.samples.clear()
-                log(
-                    f"  [{self.size}] round {r + 1}/{rounds}: lookup {statistics.median(current['lookup_ms']):.1f} ms, "
-                    f"embed {statistics.median(current['embed_ms']):.1f} ms, "
-                    f"search {statistics.median(current['search_ms']):.1f} ms"
-                )
-            out.update({name: summarize(values) for name, values in series.items()})
-            out["lookup_over_floor"] = ratio_summary(series["lookup_ms"], series["floor_ms"])
-            out["store_searches_per_lookup"] = round(store_searches / (rounds * per_round), 2)
-            out["tiers"] = tiers
-            out["fresh_violations"] = len(not_fresh)
-            out["fresh_violation_examples"] = not_fresh[:5]
-            out["log_commit_ms"] = summarize(commits) if any(commits) else {"note": "no invocation log"}
+            out.update(
+                await self._fresh_rounds(client, engine, cached, commit, rounds=rounds, per_round=per_round)
+            )
             out["repeat_and_blocked"] = await self._repeat_and_blocked(
                 client, engine, cached, repeat_items, rounds
             )
             if profile_path is not None and profile_queries:
                 out["profile"] = await self._profile(client, profile_path, profile_queries)
         return out
+
+    async def _fresh_rounds(
+        self, client: Client, engine: Any, cached: Any, commit: _Timed | None, *, rounds: int, per_round: int
+    ) -> dict[str, Any]:
+        """Fresh lookups against their floor, round by round: the series, tiers and any cache answer."""
+        series: dict[str, list[list[float]]] = {name: [] for name in _SERIES}
+        commits: list[list[float]] = []
+        tiers: dict[str, int] = {}
+        not_fresh: list[str] = []
+        store_searches = 0
+        for r in range(rounds):
+            current: dict[str, list[float]] = {name: [] for name in _SERIES}
+            for i, query in enumerate(take(self.queries, per_round)):
+                before = (engine.searches, cached.misses)
+                # Alternate the order so neither side always runs on a warmer cache.
+                sample = await self._fresh_sample(client, query, lookup_first=(r + i) % 2 == 0)
+                for name in _SERIES:
+                    current[name].append(sample[name])
+                tiers[sample["tier"]] = tiers.get(sample["tier"], 0) + 1
+                searched, embedded = engine.searches - before[0], cached.misses - before[1]
+                store_searches += searched
+                if searched == 0 or embedded != 1:
+                    # A cache answered: the sample is not a fresh lookup.
+                    not_fresh.append(f"{query!r}: searches +{searched}, embeddings +{embedded}")
+            for name in _SERIES:
+                series[name].append(current[name])
+            if commit is not None:
+                commits.append(commit.samples[:])
+                commit.samples.clear()
+            log(
+                f"  [{self.size}] round {r + 1}/{rounds}: lookup {statistics.median(current['lookup_ms']):.1f} ms, "
+                f"embed {statistics.median(current['embed_ms']):.1f} ms, "
+                f"search {statistics.median(current['search_ms']):.1f} ms"
+            )
+        return {
+            **{name: summarize(values) for name, values in series.items()},
+            "lookup_over_floor": ratio_summary(series["lookup_ms"], series["floor_ms"]),
+            "store_searches_per_lookup": round(store_searches / (rounds * per_round), 2),
+            "tiers": tiers,
+            "fresh_violations": len(not_fresh),
+            "fresh_violation_examples": not_fresh[:5],
+            "log_commit_ms": summarize(commits) if any(commits) else {"note": "no invocation log"},
+        }
 
     async def _fresh_sample(self, client: Client, query: str, *, lookup_first: bool) -> dict[str, Any]:
         """One fresh lookup through MCP and, next to it, its floor from the raw parts."""

@@ -334,7 +334,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from scripts.milvus_server import start, stop
+    from tests.milvus_server import start, stop
 
     p = argparse.ArgumentParser(prog="python -m bench.replica_bench", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000,10000")

@@ -160,6 +160,73 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
+def _cold_starts(
+    data: Path, queries: Any, work: Path, *, size: int, quick: bool, clock: Clock
+) -> dict[str, Any]:
+    """Cold starts of a serving process on a copy of data, then lookups for its peak RSS."""
+    cold_dir = work / "cold"
+    shutil.rmtree(cold_dir, ignore_errors=True)
+    shutil.copytree(data, cold_dir)
+    starts = 2 if quick else 5
+    rss_queries = 20 if quick else 100
+    clock(f"cold starts at {size} chunks ({starts} starts, then {rss_queries} lookups for peak RSS)")
+    try:
+        return cold_start(
+            cold_dir,
+            take(queries, starts + rss_queries),
+            starts=starts,
+            rss_queries=rss_queries,
+            log_path=work / "serve-stderr.log",
+        )
+    finally:
+        shutil.rmtree(cold_dir, ignore_errors=True)
+
+
+def _measure_at(
+    kind: str,
+    size: int,
+    items: list[SyntheticChunk],
+    data: Path,
+    embedder: Any,
+    queries: Any,
+    args: argparse.Namespace,
+    samples: dict[str, int],
+    clock: Clock,
+    *,
+    profile_path: Path | None,
+) -> dict[str, Any]:
+    """Lookups over one ingested size; with a profile (the reference size) also the log-off what-if."""
+    from server.config.loading import load_settings
+
+    rounds = samples["rounds"]
+    governance = short_path_governance()
+    settings = load_settings(None, data_dir=data, governance=governance)
+    rng = random.Random(f"{args.seed}:repeat:{kind}:{size}")
+    # Exact (identifier) lookups for the repeated and blocked paths, spread over the corpus.
+    repeat_items = [items[i] for i in rng.sample(range(size), rounds * (4 if args.quick else 10))]
+    bench = LookupBench(settings, embedder, queries, size)
+    clock(f"{kind} lookups at {size} chunks")
+    measured = asyncio.run(
+        bench.run(
+            rounds=rounds,
+            per_round=samples["per_round"],
+            warmup=samples["warmup"],
+            repeat_items=repeat_items,
+            profile_path=profile_path,
+            profile_queries=20 if args.quick else 60,
+        )
+    )
+    if profile_path is not None:
+        # What-if, same run: the short paths with the invocation log off, to show its share.
+        clock(f"repeated and blocked paths at {size} chunks with the invocation log off")
+        no_log = load_settings(None, data_dir=data, log={"enabled": False}, governance=governance)
+        bench_no_log = LookupBench(no_log, embedder, queries, size)
+        measured["repeat_and_blocked_log_off"] = asyncio.run(
+            bench_no_log.run_short_paths(rounds=rounds, repeat_items=repeat_items)
+        )
+    return measured
+
+
 def _lookups(
     kind: str,
     sizes: list[int],
@@ -174,16 +241,9 @@ def _lookups(
     reference: int | None,
 ) -> None:
     """Build one corpus size by size and measure lookups at each; at reference also profile and cold start."""
-    from server.config.loading import load_settings
-
-    quick = args.quick
-    rounds = results["samples"]["rounds"]
-    per_round = results["samples"]["per_round"]
-    warmup = results["samples"]["warmup"]
     work: Path = args.work_dir
     kb, data = work / f"kb-{kind}", work / f"data-{kind}"
     queries = fresh_queries(seed=args.seed, domains=args.domains)
-    governance = short_path_governance()
     results[f"ingest_steps_{kind}"] = []
     results[f"lookup_{kind}"] = {}
     for size in sizes:
@@ -192,32 +252,20 @@ def _lookups(
         step = _ingest_step(kb, data, ingest_embedder, items, clock, kind)
         results[f"ingest_steps_{kind}"].append(step)
         clock(f"  ingested {step['new_chunks']} new chunks in {step['seconds']} s")
-        settings = load_settings(None, data_dir=data, governance=governance)
-        rng = random.Random(f"{args.seed}:repeat:{kind}:{size}")
-        # Exact (identifier) lookups for the repeated and blocked paths, spread over the corpus.
-        repeat_items = [items[i] for i in rng.sample(range(size), rounds * (4 if quick else 10))]
-        bench = LookupBench(settings, embedder, queries, size)
         at_reference = size == reference
-        clock(f"{kind} lookups at {size} chunks")
-        measured = asyncio.run(
-            bench.run(
-                rounds=rounds,
-                per_round=per_round,
-                warmup=warmup,
-                repeat_items=repeat_items,
-                profile_path=results_dir / "profile-lookup.txt" if at_reference else None,
-                profile_queries=20 if quick else 60,
-            )
+        profile_path = results_dir / "profile-lookup.txt" if at_reference else None
+        measured = _measure_at(
+            kind,
+            size,
+            items,
+            data,
+            embedder,
+            queries,
+            args,
+            results["samples"],
+            clock,
+            profile_path=profile_path,
         )
-        if at_reference:
-            # What-if, same run: the short paths with the invocation log off, to show its share.
-            clock(f"repeated and blocked paths at {size} chunks with the invocation log off")
-            no_log = load_settings(None, data_dir=data, log={"enabled": False}, governance=governance)
-            measured["repeat_and_blocked_log_off"] = asyncio.run(
-                LookupBench(no_log, embedder, queries, size).run_short_paths(
-                    rounds=rounds, repeat_items=repeat_items
-                )
-            )
         if "profile" in measured:
             results["profile"] = measured.pop("profile")
             results["profile"]["path"] = os.path.relpath(results["profile"]["path"], ROOT)
@@ -225,74 +273,49 @@ def _lookups(
         _write_json(results_dir / f"lookup-{kind}-{size}.json", measured)
 
         if at_reference and not args.skip_cold_start:
-            cold_dir = work / "cold"
-            shutil.rmtree(cold_dir, ignore_errors=True)
-            shutil.copytree(data, cold_dir)
-            starts = 2 if quick else 5
-            rss_queries = 20 if quick else 100
-            clock(f"cold starts at {size} chunks ({starts} starts, then {rss_queries} lookups for peak RSS)")
-            results["cold_start"] = cold_start(
-                cold_dir,
-                take(queries, starts + rss_queries),
-                starts=starts,
-                rss_queries=rss_queries,
-                log_path=work / "serve-stderr.log",
+            results["cold_start"] = _cold_starts(
+                data, queries, work, size=size, quick=args.quick, clock=clock
             )
             _write_json(results_dir / "coldstart.json", results["cold_start"])
-            shutil.rmtree(cold_dir, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _render_only(args: argparse.Namespace) -> int:
+    """Regenerate the docs page from a finished run's JSON, measuring nothing."""
+    results_dir = args.results_dir or ROOT / "bench" / "results"
+    results = _load_results(results_dir)
+    docs_path = args.docs or ROOT / "docs" / "benchmarks.md"
+    docs_path.write_text(render(results, evaluate(results)), encoding="utf-8")
+    log(f"wrote {docs_path} from {results_dir}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The sizes and samples of this run, from the flags (checked before anything is deleted)."""
     quick = args.quick
-    if args.render_only:
-        results_dir = args.results_dir or ROOT / "bench" / "results"
-        results = _load_results(results_dir)
-        docs_path = args.docs or ROOT / "docs" / "benchmarks.md"
-        docs_path.write_text(render(results, evaluate(results)), encoding="utf-8")
-        log(f"wrote {docs_path} from {results_dir}")
-        return 0
     sizes = _sizes(args.sizes or ("300,1000" if quick else "1000,10000"), "--sizes")
     short_sizes = _sizes(args.short_sizes or ("0" if quick else "1000"), "--short-sizes")
     reference = args.reference_size or (10000 if 10000 in sizes else sizes[-1])
     if reference not in sizes:
         raise SystemExit(f"error: --reference-size {reference} is not one of --sizes {sizes}")
-    rounds = args.rounds or (3 if quick else 5)
-    per_round = args.per_round or (12 if quick else 40)
-    warmup = 5 if quick else 20
-    # A smoke run's figures are not results: they stay out of the tree.
-    results_dir = args.results_dir or (
-        ROOT / ".data" / "bench-quick" if quick else ROOT / "bench" / "results"
-    )
-    docs = args.docs or (None if quick else ROOT / "docs" / "benchmarks.md")
-    work: Path = args.work_dir
-    if work.exists() and not args.reuse_work:
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-
-    clock = Clock()
-    results: dict[str, Any] = {
-        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine.describe(),
-        "load": {"start": machine.load_average()},
+    return {
         "sizes_realistic": sizes,
         "sizes_short": short_sizes,
         "reference_size": reference,
         "quick": quick,
-        "samples": {"rounds": rounds, "per_round": per_round, "warmup": warmup},
+        "samples": {
+            "rounds": args.rounds or (3 if quick else 5),
+            "per_round": args.per_round or (12 if quick else 40),
+            "warmup": 5 if quick else 20,
+        },
     }
-    clock(
-        f"benchmarks: sizes {sizes} (short {short_sizes}), reference {reference}, {rounds} rounds x {per_round}"
-    )
 
-    from retrieval.embedders import create_embedder
-    from server.config.loading import load_settings
+
+def _describe_corpora(
+    results: dict[str, Any], args: argparse.Namespace, embedder: Any, settings: Any
+) -> tuple[list[str], list[int]]:
+    """The sample knowledge base's chunk lengths and the short corpus's; the sample's texts and lengths."""
     from server.container import chunking_rule
 
-    # What the server loads: e5-small with the language means removed.
-    embedder: Any = create_embedder("e5-small")
-    model = embedder.inner._model
-    settings = load_settings(None, data_dir=work / "unused")
     rule = chunking_rule(settings, embedder)
     count_tokens = embedder.count_tokens
     sample_texts = embedded_texts(SAMPLE_KB, rule)
@@ -312,16 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         "short_mean_tokens": round(statistics.mean(count_tokens(c.text) for c in short_sample), 1),
         "zh_share": round(sum(c.language == "zh" for c in short_sample) / len(short_sample), 2),
     }
-    batch = settings.embedder.batch_size * 4
+    return sample_texts, lengths
 
-    clock("embedder profile at realistic lengths")
-    results["embedder"] = embed_profile.measure(model, embedder, sample_texts, batch=batch)
-    _write_json(results_dir / "embedder.json", results["embedder"])
 
-    clock("incremental: one part of the 12-part handbook edited")
-    results["incremental"] = incremental_bench.measure(work, embedder)
-    _write_json(results_dir / "incremental.json", results["incremental"])
-
+def _ingest_ratios(
+    args: argparse.Namespace, embedder: Any, lengths: list[int], clock: Clock
+) -> dict[str, Any]:
+    """Fresh ingests against embed-only: the sample, Chinese and English at its lengths, short chunks."""
+    quick, work = args.quick, args.work_dir
     ingest: dict[str, Any] = {}
     clock(f"sample knowledge base: fresh ingest against embed-only ({1 if quick else 3} runs)")
     ingest["sample"] = ingest_ratio(SAMPLE_KB, work, embedder, runs=1 if quick else 3, label="sample")
@@ -329,7 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     for language in ("zh", "en"):
         kb = work / f"ratio-kb-{language}"
         chunks = realistic_corpus(
-            per_language, lengths, count_tokens, seed=args.seed, domains=args.domains, language=language
+            per_language,
+            lengths,
+            embedder.count_tokens,
+            seed=args.seed,
+            domains=args.domains,
+            language=language,
         )
         write_knowledge_base(kb, chunks)
         clock(
@@ -340,37 +366,46 @@ def main(argv: list[str] | None = None) -> int:
     write_knowledge_base(short_kb, corpus(150 if quick else 500, seed=args.seed, domains=args.domains))
     clock("short chunks: ingest against embed-only")
     ingest["short"] = ingest_ratio(short_kb, work, embedder, runs=2, label="short")
-    results["ingest"] = ingest
-    _write_json(results_dir / "ingest.json", ingest)
+    return ingest
+
+
+def _ingest_benches(
+    results: dict[str, Any],
+    args: argparse.Namespace,
+    embedder: Any,
+    settings: Any,
+    results_dir: Path,
+    clock: Clock,
+) -> list[int]:
+    """The embedder profile, incremental embedding, ingest ratios and conversion; the sample's lengths."""
+    quick, work = args.quick, args.work_dir
+    sample_texts, lengths = _describe_corpora(results, args, embedder, settings)
+    batch = settings.embedder.batch_size * 4
+
+    clock("embedder profile at realistic lengths")
+    results["embedder"] = embed_profile.measure(embedder.inner._model, embedder, sample_texts, batch=batch)
+    _write_json(results_dir / "embedder.json", results["embedder"])
+
+    clock("incremental: one part of the 12-part handbook edited")
+    results["incremental"] = incremental_bench.measure(work, embedder)
+    _write_json(results_dir / "incremental.json", results["incremental"])
+
+    results["ingest"] = _ingest_ratios(args, embedder, lengths, clock)
+    _write_json(results_dir / "ingest.json", results["ingest"])
 
     clock("HTML, PDF, Word and PowerPoint: conversion against embedding, and its share of a mixed ingest")
     results["conversion"] = conversion_bench.measure(
         work, embedder, per_format_files=4 if quick else 12, runs=1 if quick else 3
     )
     _write_json(results_dir / "conversion.json", results["conversion"])
+    return lengths
 
-    def realistic(size: int) -> list[SyntheticChunk]:
-        return realistic_corpus(size, lengths, count_tokens, seed=args.seed, domains=args.domains)
 
-    def short(size: int) -> list[SyntheticChunk]:
-        return corpus(size, seed=args.seed, domains=args.domains)
-
-    _lookups(
-        "realistic",
-        sizes,
-        realistic,
-        HeadEmbedder(embedder),
-        embedder,
-        args,
-        results,
-        results_dir,
-        clock,
-        reference=reference,
-    )
-    _lookups(
-        "short", short_sizes, short, embedder, embedder, args, results, results_dir, clock, reference=None
-    )
-
+def _serving_benches(
+    results: dict[str, Any], args: argparse.Namespace, embedder: Any, results_dir: Path, clock: Clock
+) -> None:
+    """The invocation-log write, the governance replay and the web console on a long log."""
+    quick, work = args.quick, args.work_dir
     clock("invocation-log write: durability modes, aiosqlite against plain sqlite3")
     results["log_commit"] = log_bench.measure(work, rounds=3 if quick else 5, per_round=20 if quick else 40)
     _write_json(results_dir / "log-commit.json", results["log_commit"])
@@ -389,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     _write_json(results_dir / "console.json", results["console"])
 
+
+def _finish(results: dict[str, Any], results_dir: Path, docs: Path | None, clock: Clock) -> None:
+    """Judge the targets, write summary.json and the docs page, and log the verdicts."""
     results["load"]["end"] = machine.load_average()
     results["total_seconds"] = round(time.perf_counter() - clock.started, 1)
     targets = evaluate(results)
@@ -402,6 +440,57 @@ def main(argv: list[str] | None = None) -> int:
         clock(f"wrote {docs}")
     for row in targets:
         log(f"  {row['measure']}: {row['value']} (target {row['target']}) -> {row['met']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick = args.quick
+    if args.render_only:
+        return _render_only(args)
+    plan = _plan(args)
+    # A smoke run's figures are not results: they stay out of the tree.
+    results_dir = args.results_dir or (
+        ROOT / ".data" / "bench-quick" if quick else ROOT / "bench" / "results"
+    )
+    docs = args.docs or (None if quick else ROOT / "docs" / "benchmarks.md")
+    work: Path = args.work_dir
+    if work.exists() and not args.reuse_work:
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+
+    clock = Clock()
+    results: dict[str, Any] = {
+        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine.describe(),
+        "load": {"start": machine.load_average()},
+        **plan,
+    }
+    sizes, samples = plan["sizes_realistic"], plan["samples"]
+    clock(
+        f"benchmarks: sizes {sizes} (short {plan['sizes_short']}), reference {plan['reference_size']}, "
+        f"{samples['rounds']} rounds x {samples['per_round']}"
+    )
+
+    from retrieval.embedders import create_embedder
+    from server.config.loading import load_settings
+
+    # What the server loads: e5-small with the language means removed.
+    embedder: Any = create_embedder("e5-small")
+    settings = load_settings(None, data_dir=work / "unused")
+    lengths = _ingest_benches(results, args, embedder, settings, results_dir, clock)
+
+    def realistic(size: int) -> list[SyntheticChunk]:
+        return realistic_corpus(size, lengths, embedder.count_tokens, seed=args.seed, domains=args.domains)
+
+    def short(size: int) -> list[SyntheticChunk]:
+        return corpus(size, seed=args.seed, domains=args.domains)
+
+    reference = plan["reference_size"]
+    shared = (args, results, results_dir, clock)
+    _lookups("realistic", sizes, realistic, HeadEmbedder(embedder), embedder, *shared, reference=reference)
+    _lookups("short", plan["sizes_short"], short, embedder, embedder, *shared, reference=None)
+    _serving_benches(results, args, embedder, results_dir, clock)
+    _finish(results, results_dir, docs, clock)
     if not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     clock("done")

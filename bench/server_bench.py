@@ -1,7 +1,7 @@
 """``make bench`` part two: the lookup path on Milvus Lite and on a Milvus 2.3.5 server, side by side.
 
 For each size (1k, 10k, 50k chunks) the same chunk vectors go into a Lite directory and into a
-server started by scripts/milvus_server.py, and each lookup is timed the way the engine makes it:
+server started by tests/milvus_server.py, and each lookup is timed the way the engine makes it:
 the real e5 query embedding, then the engine's one dense store search (``engine.DENSE_LIMIT``).
 Chunk vectors are random unit vectors: the
 search cost depends on the count, the dimension and the index, not on the text, and embedding
@@ -117,7 +117,7 @@ def _wait_for_server_index(store: MilvusVectorStore, size: int, timeout_s: float
 
 def run(sizes: list[int], rounds: int, server_uri: str | None, work: Path) -> dict[str, Any]:
     from retrieval.embedders import CachedEmbedder, create_embedder
-    from scripts.milvus_server import start, stop
+    from tests.milvus_server import start, stop
 
     embedder = CachedEmbedder(create_embedder("e5-small"), size=0)
     server_data = work / "milvus-server"
@@ -171,7 +171,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"The engine's dense path (e5 query embedding + its one search, limit {DENSE_LIMIT}) over the same",
         "random unit vectors, in a Milvus Lite directory and in Milvus 2.3.5 standalone on loopback",
-        "(`scripts/milvus_server.py`, `bench/server_bench.py`). Medians (p95) in ms; load average "
+        "(`tests/milvus_server.py`, `bench/server_bench.py`). Medians (p95) in ms; load average "
         f"{results.get('load', {}).get('start')} at start, {results.get('load', {}).get('end')} at end.",
         "",
         "| chunks | Lite embed + search | Lite search | server embed + search | server search |",
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         write_docs(render(json.loads(args.results.read_text(encoding="utf-8"))), args.docs)
         return 0
     from bench import replica_bench
-    from scripts.milvus_server import start, stop
+    from tests.milvus_server import start, stop
 
     work = Path(tempfile.mkdtemp(prefix="server-bench-"))
     uri = args.server_uri

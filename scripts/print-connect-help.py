@@ -18,12 +18,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
     url = f"http://{args.host}:{args.port}/mcp"
-    command = shutil.which("lookup-knowledge-mcp") or str(Path(sys.executable).parent / "lookup-knowledge-mcp")
+    command = shutil.which("lookup-knowledge-mcp") or str(
+        Path(sys.executable).parent / "lookup-knowledge-mcp"
+    )
     stdio = json.loads((ROOT / "mcp.json").read_text(encoding="utf-8"))["mcpServers"]["lookup-knowledge"]
     stdio["command"] = command
     if args.data_dir:
         stdio["env"]["LOOKUP_KNOWLEDGE_DATA_DIR"] = args.data_dir
-    config = {"mcpServers": {"lookup-knowledge": stdio, "lookup-knowledge-http": {"type": "http", "url": url}}}
+    config = {
+        "mcpServers": {"lookup-knowledge": stdio, "lookup-knowledge-http": {"type": "http", "url": url}}
+    }
     print(
         f"""
 lookup-knowledge-mcp: serving streamable HTTP on {url}

@@ -50,7 +50,7 @@ def milvus_server_uri(
     if not request.config.getoption("--milvus-server"):
         yield None
         return
-    from scripts.milvus_server import start, stop
+    from tests.milvus_server import start, stop
 
     data = tmp_path_factory.mktemp("milvus-server")
     server = start(data)

@@ -1,6 +1,6 @@
 """Which Milvus the tests run against: Milvus Lite (default) or a real Milvus server.
 
-``pytest --milvus-server`` starts Milvus 2.3.5 standalone once per session (scripts/milvus_server.py)
+``pytest --milvus-server`` starts Milvus 2.3.5 standalone once per session (tests/milvus_server.py)
 and stops it at the end; ``LOOKUP_KNOWLEDGE_TEST_MILVUS_URI=http://host:port`` uses a running one.
 On a server every test gets its own collection prefix, set as the ``LOOKUP_KNOWLEDGE_MILVUS__*``
 environment that in-process settings and server subprocesses both read, and its collections are

@@ -65,6 +65,7 @@ def test_bad_model_path_is_a_clear_error(tmp_path: Path) -> None:
     assert "Hugging Face cache" not in str(raised.value)
 
 
+@pytest.mark.slow
 async def test_ingest_and_lookup_through_the_server_with_bge_m3(tiny_model: Path, tmp_path: Path) -> None:
     kb = tmp_path / "kb" / "error-codes"
     kb.mkdir(parents=True)
@@ -288,6 +289,7 @@ async def test_bad_reranker_path_is_a_clear_error(tiny_model: Path, tmp_path: Pa
     assert "cannot load reranker model from" in result.content[0].text
 
 
+@pytest.mark.slow
 async def test_lookup_through_the_server_with_bge_m3_and_the_reranker(
     tiny_model: Path, tiny_reranker: Path, tmp_path: Path
 ) -> None:

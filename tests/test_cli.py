@@ -25,6 +25,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
     return code, json.loads(out) if "--json" in args else out
 
 
+@pytest.mark.slow
 def test_lookup_of_an_identifier_is_precise_through_the_installed_command(data_dir: Path) -> None:
     proc = subprocess.run(
         [*CLI, "lookup", "ERR_TIMEOUT 是什么", "--json"],

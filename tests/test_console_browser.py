@@ -24,6 +24,9 @@ from mcp import Client
 
 from tests.helpers import ROOT, cli_env, http_server
 
+# A real serve subprocess driven through a real browser: end to end.
+pytestmark = pytest.mark.slow
+
 SAMPLE_DOCS = [
     p for p in (ROOT / "examples" / "knowledge").rglob("*") if p.suffix in (".md", ".markdown", ".txt")
 ]

@@ -74,6 +74,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 def test_each_bad_file_is_one_line_with_its_reason_and_the_rest_is_ingested(tmp_path: Path) -> None:
     files: dict[str, str | bytes] = {key: build() for key, (build, _) in BAD.items()}
     files["good/release-process.html"] = html_bytes(RELEASES)

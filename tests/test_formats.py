@@ -1,7 +1,7 @@
 """HTML, PDF, Word and PowerPoint files, and the Confluence and Notion export examples, end to end.
 
-The files are built at test time (tests/office_files.py), ingested once per module through the
-CLI, then read over MCP with the SDK's in-process client: for each format, a question answered
+The files are built at test time (tests/office_files.py), ingested once per module in process
+(the CLI's own ingest of them is a slow test), then read over MCP with the SDK's in-process client: for each format, a question answered
 from the passage under its heading path, a code in a table found as PRECISE, and the title and
 domain the document got.
 """
@@ -25,7 +25,7 @@ from server.config.loading import load_settings
 from server.container import chunking_rule, conversion_limits, open_runtime
 from server.watch import FolderWatcher, watch_ingest
 from storage.convert.worker import ConversionWorker
-from tests.helpers import CLI, ROOT, cli_env, write_knowledge_base
+from tests.helpers import CLI, ROOT, cli_env, ingest_into, write_knowledge_base
 from tests.office_files import (
     FIRST_WEEK,
     OUTAGE,
@@ -116,17 +116,18 @@ def ingest(kb: Path, data_dir: Path, **env: str) -> subprocess.CompletedProcess[
 
 
 @pytest.fixture(scope="module")
-def ingested(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
-    """(knowledge base, data directory, the CLI ingest), once for the module; tests only read it."""
+def ingested(tmp_path_factory: pytest.TempPathFactory, e5_embedder: Any) -> Path:
+    """The data directory holding the knowledge base, ingested once for the module; tests only read it."""
     base = tmp_path_factory.mktemp("formats")
-    kb = build_knowledge_base(base / "kb")
-    return kb, base / "data", ingest(kb, base / "data")
+    # The CLI's ingest runs the same Ingestor; its own test below starts it as a subprocess.
+    ingest_into(base / "data", build_knowledge_base(base / "kb"), e5_embedder)
+    return base / "data"
 
 
 @pytest.fixture
-def client(ingested: tuple[Path, Path, Any], e5_embedder: Any) -> Iterator[Any]:
+def client(ingested: Path, e5_embedder: Any) -> Iterator[Any]:
     """A call(name, arguments) and a read(uri) over a fresh in-process MCP session."""
-    with blocking_client(ingested[1], e5_embedder) as (portal, mcp):
+    with blocking_client(ingested, e5_embedder) as (portal, mcp):
 
         def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
             result = portal.call(mcp.call_tool, name, arguments)
@@ -139,10 +140,10 @@ def client(ingested: tuple[Path, Path, Any], e5_embedder: Any) -> Iterator[Any]:
         yield call, read
 
 
-def test_the_cli_ingests_every_format_and_both_exports_and_skips_their_chrome(
-    ingested: tuple[Path, Path, subprocess.CompletedProcess[str]],
-) -> None:
-    kb, data_dir, proc = ingested
+@pytest.mark.slow
+def test_the_cli_ingests_every_format_and_both_exports_and_skips_their_chrome(tmp_path: Path) -> None:
+    kb, data_dir = build_knowledge_base(tmp_path / "kb"), tmp_path / "data"
+    proc = ingest(kb, data_dir)
     assert proc.returncode == 0, proc.stderr
     # 4 converted files, 1 markdown, 3 Confluence pages (not index.html, not the attachment), 4 Notion pages.
     assert proc.stdout.startswith("added 12, updated 0, deleted 0, skipped 0, failed 0")

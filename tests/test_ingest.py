@@ -107,6 +107,7 @@ def test_bad_files_are_named_and_the_rest_is_ingested(tmp_path: Path, runtime: R
     assert sorted(report.added) == sorted(DOCS)
 
 
+@pytest.mark.slow
 def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
     kb = write_knowledge_base(
         tmp_path / "kb", {**DOCS, "bad/yaml.md": "---\ntitle: [oops\n---\nx", "bad/blob.md": b"\x00\x01"}
@@ -125,6 +126,7 @@ def test_cli_ingest_exits_non_zero_and_names_bad_files(tmp_path: Path) -> None:
     assert proc.stdout.startswith("added 3, updated 0, deleted 0, skipped 0, failed 2, chunks 3 (3 embedded)")
 
 
+@pytest.mark.slow
 def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*CLI, "ingest", str(tmp_path / "nope")],
@@ -269,6 +271,7 @@ def test_cli_ingest_of_a_second_knowledge_base_stops_with_one_line_until_replace
     assert replaced.returncode == 0 and replaced.stdout.startswith("added 1, updated 0, deleted 3")
 
 
+@pytest.mark.slow
 def test_cli_ingest_reports_a_symlink_loop_and_a_fifo_in_one_line_each_and_ingests_the_rest(
     tmp_path: Path,
 ) -> None:

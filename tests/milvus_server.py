@@ -1,14 +1,15 @@
 """Start and stop a Milvus 2.3 standalone server from the ``milvus`` PyPI package, on loopback.
 
-Used by ``make test`` (through the pytest session fixture in tests/milvus_fixtures.py), by
-``make bench`` and by hand::
+A module of the test package: the ``--milvus-server`` session fixture (tests/conftest.py), the
+server benchmarks (bench/server_bench.py) and ``make test`` import it, and ``make milvus-start``
+and ``make milvus-stop`` run it from the repository root::
 
-    python scripts/milvus_server.py start --data /tmp/milvus-test   # prints the URI
-    python scripts/milvus_server.py stop --data /tmp/milvus-test
+    python -m tests.milvus_server start --data /tmp/milvus-test   # prints the URI
+    python -m tests.milvus_server stop --data /tmp/milvus-test
 
 Every port is chosen free at start: ``milvus-server`` otherwise insists on 19530, and its
 embedded etcd listens on 2379/2380 whatever ``--etcd-port`` says, so two servers on one machine
-collide. The package's ``MilvusServer`` is therefore driven from this file (the ``_run`` action)
+collide. The package's ``MilvusServer`` is therefore driven from this module (the ``_run`` action)
 with an embedded-etcd config of our own and every component advertising 127.0.0.1. The server
 runs in its own process group, so stop ends the runner, the Milvus binary and its etcd together;
 ``<data>/lookup-knowledge-server.json`` records the group and the URI.
@@ -28,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 MILVUS_VERSION = "2.3.5"
 STATE_FILE = "lookup-knowledge-server.json"
 # The port settings of the package's config template (`milvus-server --help` lists them as flags).
@@ -64,7 +66,9 @@ def package_problem() -> str | None:
     try:
         import milvus
     except ImportError:
-        return f"the milvus=={MILVUS_VERSION} package is not installed (pip install 'milvus=={MILVUS_VERSION}')"
+        return (
+            f"the milvus=={MILVUS_VERSION} package is not installed (pip install 'milvus=={MILVUS_VERSION}')"
+        )
     version = getattr(milvus, "__version__", "?")
     if version != MILVUS_VERSION:
         return f"milvus {version} is installed, but the tests pin {MILVUS_VERSION}"
@@ -113,11 +117,25 @@ def start(data_dir: Path, *, timeout_s: float = 240.0) -> RunningServer:
         raise MilvusServerError(f"a server already runs on {data_dir} (pid {existing.pid}, {existing.uri})")
     free = _free_ports(len(PORT_KEYS) + 1)
     ports = dict(zip((*PORT_KEYS, "etcd_peer_port"), free, strict=True))
-    args = [sys.executable, __file__, "_run", "--data", str(data_dir), "--ports", json.dumps(ports)]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.milvus_server",
+        "_run",
+        "--data",
+        str(data_dir),
+        "--ports",
+        json.dumps(ports),
+    ]
     log = data_dir / "runner.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            args,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     server = RunningServer(f"http://127.0.0.1:{ports['proxy_port']}", proc.pid, str(data_dir), str(log))
     (data_dir / STATE_FILE).write_text(json.dumps(asdict(server)))
@@ -133,7 +151,9 @@ def start(data_dir: Path, *, timeout_s: float = 240.0) -> RunningServer:
             return server
         time.sleep(1.0)
     stop(data_dir)
-    raise MilvusServerError(f"the Milvus server did not answer at {server.uri} within {timeout_s:g}s; see {log}")
+    raise MilvusServerError(
+        f"the Milvus server did not answer at {server.uri} within {timeout_s:g}s; see {log}"
+    )
 
 
 def _run(data_dir: Path, ports: dict[str, int]) -> int:
@@ -219,7 +239,9 @@ def _forget(data_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.milvus_server", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("action", choices=["start", "stop", "status", "_run"])
     parser.add_argument("--data", type=Path, required=True, help="the server's own data directory")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for start")
