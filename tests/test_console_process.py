@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from server.config.settings import Settings, load_settings
+from server.config.loading import load_settings
+from server.config.settings import Settings
 from server.console import app as console_module
 from server.console.app import Console, console_app
 from tests.test_console_pages import _no_runtime, write_log
@@ -107,7 +108,7 @@ def test_a_page_build_that_raises_is_an_error_page_and_the_console_keeps_serving
 def test_the_served_console_page_process_starts_and_stops_with_the_server(
     make_resources: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server.protocol import http_app
+    from server.transport import http_app
     from server.protocol.app import create_server
 
     made: list[Console] = []

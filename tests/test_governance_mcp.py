@@ -236,7 +236,7 @@ async def test_the_ttl_reopens_a_closed_session(counted: Any) -> None:
 async def test_budget_reports_calls_water_level_and_guidance_in_the_query_language(counted: Any) -> None:
     server, _, _ = counted()
     async with Client(server) as client:
-        chinese = await lookup(client, POOL)
+        chinese = await lookup(client, GATEWAY)
         english = await lookup(client, "how do partners rotate their API keys")
     assert chinese["budget"]["calls_used"] == 1 and chinese["budget"]["water_level"] == "LOW"
     assert chinese["budget"]["guidance"].startswith("已调用 1 次，水位 LOW")

@@ -19,7 +19,21 @@ TABLE = "| Code | Meaning | SLA |\n|---|---|---|\n| TK-MIN-01 | Parent request |
 
 
 def _entries(**bodies: str) -> dict[str, CatalogEntry]:
-    return {k: CatalogEntry(k, "h", k.title(), "d", (), "", "", "", b, 1) for k, b in bodies.items()}
+    return {
+        k: CatalogEntry(
+            doc_key=k,
+            content_hash="h",
+            title=k.title(),
+            domain="d",
+            keywords=(),
+            summary="",
+            domain_description="",
+            when_to_retrieve="",
+            body=b,
+            chunk_count=1,
+        )
+        for k, b in bodies.items()
+    }
 
 
 def _precise(
