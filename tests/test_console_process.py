@@ -72,6 +72,16 @@ def test_with_its_lifespan_the_overview_is_built_in_another_process_that_stops_w
     assert _wait_gone(pid), "the page process outlived the app's lifespan"
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+def test_the_page_process_runs_at_the_idle_cpu_priority(settings: Settings) -> None:
+    """A page waits for the lookups, not the other way round: the kernel runs it on idle cores only."""
+    console = Console(settings.log_path, lambda: settings, _no_runtime)
+    with TestClient(console_app(console)) as client:
+        pid = _pid(client, console)
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        assert os.sched_getscheduler(os.getpid()) != os.SCHED_IDLE
+
+
 def test_a_killed_page_process_gives_an_error_page_and_the_next_page_a_new_process(
     settings: Settings,
 ) -> None:
@@ -108,8 +118,8 @@ def test_a_page_build_that_raises_is_an_error_page_and_the_console_keeps_serving
 def test_the_served_console_page_process_starts_and_stops_with_the_server(
     make_resources: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server.transport import http_app
     from server.protocol.app import create_server
+    from server.transport import http_app
 
     made: list[Console] = []
     served = http_app.served_console
