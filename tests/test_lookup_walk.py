@@ -13,7 +13,7 @@ entered, in order. What counts as entering a function:
   3.12 runs it inline, without a frame of its own).
 
 The walk's sequence is those files with consecutive repeats collapsed. The main steps are the
-handler (``server/protocol/tools.py`` and ``knowledge.py``) and the five lookup modules; every
+handler (``server/protocol/tools.py`` and ``handlers.py``) and the five lookup modules; every
 other file (storage reads, text utilities, action memory, the settings and the log) is a leaf,
 entered from a step and left again. Back-and-forth is a main step entered again after a later
 step was entered: with the leaves left out and consecutive repeats collapsed, the main steps
@@ -42,7 +42,7 @@ LAYERS = ("server", "retrieval", "storage")
 HANDLER = ("server/protocol/tools.py", "lookup_knowledge")
 _RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
 _INLINE = {"<listcomp>", "<setcomp>", "<dictcomp>"}
-HANDLER_FILES = ("server/protocol/tools.py", "server/protocol/knowledge.py")
+HANDLER_FILES = ("server/protocol/tools.py", "server/protocol/handlers.py")
 STEPS = {
     "handler": HANDLER_FILES,
     "service": ("retrieval/service.py",),
