@@ -104,19 +104,12 @@ def _fill(kb: Path, data_dir: Path, uri: str, prefix: str, embedder: Any) -> flo
     """Ingest kb in this process; the monotonic time its last generation was committed (None: no change)."""
     from server.config.loading import load_settings
     from server.container import open_runtime
-    from storage.shared_sync import SharedMirror
+    from tests.milvus_target import timed_mirror
 
     committed: list[float] = []
 
-    class TimedMirror(SharedMirror):
-        def commit(self) -> None:
-            moved = self._changed
-            super().commit()
-            if moved:
-                committed.append(time.monotonic())
-
     settings = load_settings(None, data_dir=data_dir, milvus={"uri": uri, "collection_prefix": prefix})
-    with mock.patch("server.container.SharedMirror", TimedMirror):
+    with mock.patch("server.container.SharedMirror", timed_mirror(committed)):
         runtime = open_runtime(settings, embedder=embedder)
         try:
             runtime.ingestor().run(kb)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
+
+from storage.shared_sync import SharedMirror
 
 URI_VAR = "LOOKUP_KNOWLEDGE_MILVUS__URI"
 PREFIX_VAR = "LOOKUP_KNOWLEDGE_MILVUS__COLLECTION_PREFIX"
@@ -81,3 +84,16 @@ def clone_data_dir(
         client.close()
         store.close()
     return target
+
+
+def timed_mirror(times: list[float]) -> type[SharedMirror]:
+    """A shared-catalog mirror that notes, in ``times``, the monotonic time of each generation it commits."""
+
+    class TimedMirror(SharedMirror):
+        def commit(self) -> None:
+            moved = self._changed
+            super().commit()
+            if moved:
+                times.append(time.monotonic())
+
+    return TimedMirror

@@ -109,20 +109,28 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
         GRAPH["storage.text"].discard("storage.catalog")
 
 
+def _sdk_imports(tree: ast.Module) -> list[str]:
+    """The modules of the MCP SDK (``mcp``, ``mcp_types``) that a module's code imports."""
+    names = [
+        name
+        for node in ast.walk(tree)
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+    ]
+    return [n for n in names if n.split(".")[0] in {"mcp", "mcp_types"}]
+
+
 @pytest.mark.parametrize("layer", ["retrieval", "storage"])
 def test_retrieval_and_storage_never_import_mcp(layer: str) -> None:
     offenders = []
     for module, tree in MODULES.items():
         if module.startswith(layer + "."):
-            for node in ast.walk(tree):
-                names = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom)
-                    else []
-                )
-                offenders += [f"{module}: {n}" for n in names if n.split(".")[0] in {"mcp", "mcp_types"}]
+            offenders += [f"{module}: {n}" for n in _sdk_imports(tree)]
     assert offenders == []
 
 
@@ -239,16 +247,8 @@ def test_only_the_command_line_starts_a_transport() -> None:
 def test_only_the_surface_the_transports_and_replay_import_the_sdk() -> None:
     importers = []
     for module, tree in MODULES.items():
-        for node in ast.walk(tree):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            if any(name.split(".")[0] in {"mcp", "mcp_types"} for name in names):
-                importers.append(module)
+        if _sdk_imports(tree):
+            importers.append(module)
     assert importers, "the walk found no SDK import at all"
     assert sorted({m for m in importers if not m.startswith(SDK_IMPORTERS)}) == []
 

@@ -27,9 +27,9 @@ from server.container import Runtime, open_runtime
 from storage.catalog import CatalogEntry, DocumentRecord, PlannedChunk
 from storage.shared_catalog import SharedCatalog, decode, encode
 from storage.shared_lease import IngestLease
-from storage.shared_sync import SharedMirror
 from storage.vector_store import connect
 from tests.helpers import CLI, ROOT, write_knowledge_base
+from tests.milvus_target import timed_mirror
 from tests.outage import Forwarder
 from tests.wire import RawSession, served_http, server_env
 
@@ -67,15 +67,7 @@ def _runtime(data_dir: Path, embedder: Any) -> Runtime:
 def commits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The monotonic time of every generation an in-process ingest commits to the shared catalog."""
     times: list[float] = []
-
-    class TimedMirror(SharedMirror):
-        def commit(self) -> None:
-            moved = self._changed
-            super().commit()
-            if moved:
-                times.append(time.monotonic())
-
-    monkeypatch.setattr("server.container.SharedMirror", TimedMirror)
+    monkeypatch.setattr("server.container.SharedMirror", timed_mirror(times))
     return times
 
 
