@@ -14,7 +14,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
-from server.protocol.session import SessionKeyError, resolve_session
+from server.protocol.session import SessionKeyError
+from tests.test_isolation import _resolve
 from tests.wire import RawSession, StdioPeer, private_data_dir, served_http, server_env
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"
@@ -49,18 +50,12 @@ async def test_reading_an_unknown_document_resource_is_a_not_found_error(make_se
 
 
 def test_a_request_naming_a_proxy_header_counts_as_remote_for_explicit_keys() -> None:
-    arguments: dict[str, Any] = {
-        "headers": {"x-session-id": "k"},
-        "meta": None,
-        "query_params": None,
-        "connection": None,
-        "is_http": True,
-        "stdio_key": None,
-        "handshake": True,
-    }
     with pytest.raises(SessionKeyError, match="refused from a client behind a proxy"):
-        resolve_session(**arguments, peer=PROXIED_PEER)
-    assert resolve_session(**arguments, peer=PROXIED_PEER, principal="alice").key == "explicit@alice:k"
+        _resolve(headers={"x-session-id": "k"}, peer=PROXIED_PEER)
+    assert (
+        _resolve(headers={"x-session-id": "k"}, peer=PROXIED_PEER, principal="alice").key
+        == "explicit@alice:k"
+    )
 
 
 @pytest.mark.slow
