@@ -5,7 +5,10 @@ A name identifies a document only when nothing else in the knowledge base could 
 - a code (``KFK-4012``, ``BR-3``) that one document contains, or, when several mention it, the
   one document that defines it (a table of codes, a heading, a list of codes, its title or its
   front-matter keywords; the others only refer to it). Every code the query names must point
-  at that document;
+  at that document. A letters-only code (``NRF``, defined in a table's body row, a list lead or
+  a heading of its own, and written in capitals in the query) counts only alone, for the
+  document the ranking already puts first, beside no unseen name, in a question that looks
+  on-topic: capitals alone are how English writes acronyms too;
 - the document's exact title, or a front-matter keyword no other document contains (then the
   dense channel must agree and the question must look answerable).
 
@@ -47,6 +50,13 @@ def precise_doc(
     for hit in evidence.l0:
         if hit.kind == "code" and hit.doc_key in visible:
             by_code.setdefault(hit.term.upper(), set()).add(hit.doc_key)
+    # Beside a code with a digit or a separator, a letters-only one (ODS, DND) is context.
+    letters = {code: docs for code, docs in by_code.items() if code.isalpha()}
+    by_code = {code: docs for code, docs in by_code.items() if code not in letters}
+    if letters and not by_code:
+        doc = _by_letter_codes(letters, ranked, feats, model, entries, unseen_name)
+        if doc is not None:
+            return doc
     if by_code:
         doc = _by_codes(by_code, entries)
         if doc is not None and unseen_name and all(_alnum(code) < MIN_CODE_CHARS for code in by_code):
@@ -77,6 +87,24 @@ def at_most_reference(tier: Tier, evidence: Evidence) -> Tier:
     (4 near-domain: "TG-60 on a new Vietnamese customer", "GS-8003") and 4 right, now REFERENCE.
     """
     return Tier.REFERENCE if tier is Tier.HIGHLY_RELEVANT and unseen_names(evidence) else tier
+
+
+def _by_letter_codes(
+    by_code: Mapping[str, set[str]],
+    ranked: Sequence[RankedDoc],
+    feats: Mapping[str, float],
+    model: TierModel,
+    entries: Mapping[str, CatalogEntry],
+    unseen_name: bool,
+) -> str | None:
+    # Letters only (NRF) is also how English writes an acronym (VPN, PDF), and the table that
+    # defines one is often not what the question is about ("open a DND door" is answered by the
+    # room-entry rules, not the room-status code table). Such codes name their document only when
+    # the ranking already puts it first, beside no unseen name, in a question that looks on-topic.
+    doc = _by_codes(by_code, entries)
+    if doc is None or unseen_name or not ranked or ranked[0].doc_key != doc:
+        return None
+    return doc if grade(feats, model, precise=False) is not Tier.NO_MATCH else None
 
 
 def _by_codes(by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntry]) -> str | None:
