@@ -139,3 +139,17 @@ def test_an_acronym_no_document_defines_is_no_code() -> None:
     evidence = Evidence("How do I reset the VPN?", (L0Hit("remote", "keyword", "VPN"),), (), (), (), ())
     ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
     assert precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries) is None
+
+
+def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind() -> None:
+    entries = _entries(backwash="V 型滤池反冲洗", other="管网冲洗")
+    hits = [("backwash", "keyword", "滤池")]
+    carbon = "南山水厂的活性炭滤池多久更换一次炭"
+    unseen = ("厂的", "的活", "活性", "性炭", "炭滤", "池多", "多久", "次炭")
+    assert _precise(hits, entries, carbon, unseen=unseen) is None
+    evidence = Evidence(carbon, (L0Hit("backwash", "keyword", "滤池"),), (), (), (), (), unseen=unseen)
+    assert unseen_names(evidence) == ["活性炭"]
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, evidence) is Tier.REFERENCE
+    # One unseen bigram at a word boundary, or one after a function character, is no name.
+    assert _precise(hits, entries, "两格滤池反冲洗要隔多久", unseen=("格滤", "多久")) == "backwash"
+    assert _precise(hits, entries, "池子里滤池多久冲洗", unseen=("子里", "里滤")) == "backwash"
