@@ -6,7 +6,8 @@ as substrings, since Chinese has no spaces. Lookups are dictionary probes over t
 token n-grams and CJK substrings, so the cost does not grow with the number of documents.
 
 Identifiers come from the whole document, body included: real knowledge bases list their codes
-in tables, not in front matter.
+in tables, not in front matter. A letters-only code (``NRF``) matches only a query token written
+the same way, in capitals.
 """
 
 from __future__ import annotations
@@ -89,7 +90,13 @@ class KeywordIndex:
         for length in self._cjk_lengths:
             for start in range(len(lowered) - length + 1):
                 found |= self._cjk.get(lowered[start : start + length], set())
-        hits = [L0Hit(doc_key, kind, term) for doc_key, kind, term in found]
+        # A letters-only code (NRF) counts only written in capitals: "nrf" or "Bar" is a word.
+        written = set(_TOKEN.findall(query))
+        hits = [
+            L0Hit(doc_key, kind, term)
+            for doc_key, kind, term in found
+            if kind != "code" or not term.isalpha() or term in written
+        ]
         if domain is not None:
             hits = [h for h in hits if self._domain.get(h.doc_key) == domain]
         return sorted(hits, key=lambda h: (h.doc_key, h.kind, h.term))

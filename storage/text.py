@@ -28,20 +28,31 @@ _IDENTIFIER = re.compile(
 )
 # The version of the rules in this module: part of every document's content hash, so a change
 # here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
-RULES_VERSION = "3"
+RULES_VERSION = "4"
 # Shorter codes (BR-3, PR-A, C5) are too ambiguous in running text to name one document: they
 # count only where a document defines them (``defined_codes``).
 MIN_CODE_CHARS = 4
 # A label a document can define: upper-case letters first, then letters and digits, segments
 # joined by '-' or '_', with a digit or a separator (BR-3, PR-A, C5, TK-MIN-01; not "API").
 _LABEL = re.compile(r"[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)*")
+# A letters-only label (NRF, BAR, STAFF): three to eight capitals. Capitals alone are also how
+# English writes acronyms (PDF, VPN, CEO), which name a topic, not one document, so such a label
+# is a code only where a body lists it as one (``defined_codes``): never in running text, a
+# table's header row, a heading with more words after it, or front-matter keywords.
+_LETTER_LABEL = re.compile(r"[A-Z]{3,8}")
 # Where a document defines a label: the first cell of a table row, the first word of a heading,
 # or the lead of a list item (bold, code-quoted, or followed by a colon or dash).
 _DEFINITION = re.compile(
-    r"^\s*(?:\|\s*(?P<cell>[^|]+?)\s*\||#{1,6}\s+(?P<heading>\S+)"
+    r"^\s*(?:\|\s*(?P<cell>[^|]+?)\s*\||#{1,6}\s+(?P<heading>[^\s:：]+)(?P<rest>[^\n]*)"
     r"|[-*+]\s+(?:\*\*(?P<bold>[^*]+)\*\*|`(?P<quoted>[^`]+)`|(?P<lead>\S+?)\s*[:：—–]))",
     re.MULTILINE,
 )
+_DEFINED = ("cell", "heading", "bold", "quoted", "lead")
+# A table's delimiter row (|---|:--:|): the row above it is the header, which names columns.
+_DELIMITER_ROW = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*")
+# What must follow a letters-only label for a heading to define it: a colon or dash and its
+# meaning ("## NRF: non-refundable"); "## FAQ" or "## API keys" is a section about a topic.
+_HEADING_MEANING = re.compile(r"\s*[:：—–-]\s*\S.*")
 _QUOTES = "*`\"'“”‘’「」"
 # A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
 _CJK_CHARS_PER_WORD = 1.7
@@ -225,24 +236,43 @@ def defined_codes(text: str) -> list[str]:
     """The code labels a markdown text defines: first table cells, heading starts, list item leads.
 
     A table of codes, a section per code or a list of codes is where a document says what a
-    code means; elsewhere a code is only mentioned.
+    code means; elsewhere a code is only mentioned. A letters-only label (NRF) counts in a body
+    row of a table, a list lead, or a heading that is the label and its meaning only.
     """
     found: dict[str, None] = {}
     for match in _DEFINITION.finditer(text):
-        label = code_label(next(g for g in match.groups() if g is not None))
+        place = next(g for g in _DEFINED if match.group(g) is not None)
+        label = code_label(match.group(place)) or _letter_label(text, match, place)
         if label is not None:
             found.setdefault(label, None)
     return list(found)
 
 
+def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
+    """The letters-only label a definition's lead is, unless it heads a table or a topic."""
+    token = match.group(place).strip().strip(_QUOTES).strip()
+    if not _LETTER_LABEL.fullmatch(token):
+        return None
+    if place == "heading" and not _HEADING_MEANING.fullmatch(match.group("rest")):
+        return None
+    if place == "cell":
+        line_end = text.find("\n", match.end())
+        following = text[line_end + 1 :].split("\n", 1)[0] if line_end >= 0 else ""
+        if _DELIMITER_ROW.fullmatch(following):
+            return None
+    return token
+
+
 def short_codes(text: str) -> list[str]:
-    """The labels ``text`` defines that are too short to be identifiers in running text."""
-    return [c for c in defined_codes(text) if sum(ch.isalnum() for ch in c) < MIN_CODE_CHARS]
+    """The labels ``text`` defines that running text would not count as identifiers: shorter
+    than ``MIN_CODE_CHARS`` (BR-3, C5) or letters only (NRF, STAFF)."""
+    return [c for c in defined_codes(text) if sum(ch.isalnum() for ch in c) < MIN_CODE_CHARS or c.isalpha()]
 
 
 def document_codes(title: str, keywords: Sequence[str], body: str) -> list[str]:
     """A document's identifiers: codes anywhere in it, short ones (BR-3, C5) where it defines them
-    (a table of codes, a heading, a list of codes, or its own front-matter keywords)."""
+    (a table of codes, a heading, a list of codes, or its own front-matter keywords), letters-only
+    ones (NRF) where its body does."""
     codes = identifiers("\n".join([title, *keywords, body]))
     labels = [*short_codes(body), *(c for k in keywords if (c := code_label(k)) is not None)]
     return codes + [c for c in dict.fromkeys(labels) if c not in codes]

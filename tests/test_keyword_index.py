@@ -65,3 +65,10 @@ def test_codes_in_the_body_are_exact_matches_of_kind_code() -> None:
     hits = index.match("what does kafka_e503_rebalance mean")
     assert [(h.doc_key, h.kind) for h in hits] == [("ops/handbook.md", "code")]
     assert _docs(index.match("gateway returned HTTP 504")) == ["ops/handbook.md", "ops/other.md"]
+
+
+def test_a_letters_only_code_matches_only_written_in_capitals() -> None:
+    rates = KeywordIndex([KeywordEntry("r/rates.md", "revenue", "Rate codes", (), ("NRF", "PKG-BB"))])
+    assert rates.match("Guest booked NRF, can he move?") == [L0Hit("r/rates.md", "code", "NRF")]
+    assert rates.match("is nrf refundable? and Nrf?") == []
+    assert rates.match("what is pkg-bb") == [L0Hit("r/rates.md", "code", "PKG-BB")]

@@ -111,3 +111,45 @@ def test_a_question_naming_what_the_knowledge_base_lacks_is_at_most_reference() 
     assert at_most_reference(Tier.PRECISE, vietnamese) is Tier.PRECISE
     plain = evidence("who gets pulled in and how quickly?", ("gets", "pulled", "quickly"))
     assert at_most_reference(Tier.HIGHLY_RELEVANT, plain) is Tier.HIGHLY_RELEVANT
+
+
+RATES = "| Code | Name |\n|---|---|\n| BAR | Best available rate |\n| NRF | Non-refundable |\n"
+
+
+def test_a_letters_only_code_a_table_defines_is_precise_when_the_ranking_puts_it_first() -> None:
+    entries = _entries(rates=RATES, handbook="NRF bookings are prepaid and simply closed.")
+    hits = [("rates", "code", "NRF")]
+    booked = "Guest booked NRF and wants to move his stay"
+    assert _precise(hits, entries, booked) == "rates"
+    # The ranking prefers another document, or the question names what the base lacks: none.
+    assert _precise(hits, dict(reversed(entries.items())), booked) is None
+    assert _precise(hits, entries, "NRF at the Lisbon hotel", unseen=("lisbon",)) is None
+
+
+def test_a_letters_only_code_beside_a_full_code_is_context() -> None:
+    entries = _entries(drift="| ERR_SCHEMA_DRIFT | x |", layers="| ODS | raw layer |")
+    hits = [("drift", "code", "ERR_SCHEMA_DRIFT"), ("layers", "code", "ODS")]
+    assert _precise(hits, dict(reversed(entries.items())), "ERR_SCHEMA_DRIFT breaks the ODS sync") == "drift"
+
+
+def test_an_acronym_no_document_defines_is_no_code() -> None:
+    # "VPN" in running text and keywords gives no code hit (storage.text), so only the keyword rules
+    # apply: a keyword other documents contain names nothing.
+    entries = _entries(remote="Connect to the VPN first.", travel="Use the VPN abroad.")
+    evidence = Evidence("How do I reset the VPN?", (L0Hit("remote", "keyword", "VPN"),), (), (), (), ())
+    ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
+    assert precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries) is None
+
+
+def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind() -> None:
+    entries = _entries(backwash="V 型滤池反冲洗", other="管网冲洗")
+    hits = [("backwash", "keyword", "滤池")]
+    carbon = "南山水厂的活性炭滤池多久更换一次炭"
+    unseen = ("厂的", "的活", "活性", "性炭", "炭滤", "池多", "多久", "次炭")
+    assert _precise(hits, entries, carbon, unseen=unseen) is None
+    evidence = Evidence(carbon, (L0Hit("backwash", "keyword", "滤池"),), (), (), (), (), unseen=unseen)
+    assert unseen_names(evidence) == ["活性炭"]
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, evidence) is Tier.REFERENCE
+    # One unseen bigram at a word boundary, or one after a function character, is no name.
+    assert _precise(hits, entries, "两格滤池反冲洗要隔多久", unseen=("格滤", "多久")) == "backwash"
+    assert _precise(hits, entries, "池子里滤池多久冲洗", unseen=("子里", "里滤")) == "backwash"

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from storage.text import code_label, defined_codes, identifiers, short_codes, terms, text_language
+from storage.text import (
+    code_label,
+    defined_codes,
+    document_codes,
+    identifiers,
+    short_codes,
+    terms,
+    text_language,
+)
 
 
 def test_identifiers_are_code_shaped_tokens_in_any_case() -> None:
@@ -25,7 +33,7 @@ def test_chunk_language_is_mixed_only_when_neither_dominates() -> None:
 def test_a_document_defines_short_codes_in_table_cells_headings_and_list_leads() -> None:
     text = (
         "| Class | Meaning |\n|---|---|\n| BR-3 | Sensitive data |\n| **PR-A** | Access request |\n"
-        "| 1 | a number |\n| API | a word |\n"
+        "| 1 | a number |\n| Wi-Fi | a word |\n"
         "## IMM-E217 nozzle temperature\n### Thresholds\n"
         "- `C5`: toxic solvents\n- TK-MIN-01: parent request\n"
         "Escalate S2 and T-1 incidents here, as BR-4 ones."
@@ -43,3 +51,23 @@ def test_a_code_label_is_upper_case_with_a_digit_or_a_separator() -> None:
         "ERR_SCAN",
     ]
     assert [code_label(t) for t in ("br-3", "API", "Q&A", "2024-01", "X", "Wi-Fi")] == [None] * 6
+
+
+def test_a_letters_only_label_is_defined_by_a_table_row_a_list_lead_or_its_own_heading() -> None:
+    table = "| Code | Name |\n|---|---|\n| BAR | Best available rate |\n| NRF | Non-refundable |\n"
+    assert defined_codes(table) == ["BAR", "NRF"]
+    assert short_codes(table) == ["BAR", "NRF"]
+    listed = "- **STAFF**: employee rate\n- `DND`: do not disturb\n- OOO: out of order\n"
+    assert defined_codes(listed) == ["STAFF", "DND", "OOO"]
+    assert defined_codes("## NRF: non-refundable\n### LCM — member rate\n") == ["NRF", "LCM"]
+
+
+def test_an_acronym_in_prose_a_header_row_a_topic_heading_or_keywords_is_no_code() -> None:
+    text = (
+        "| VPN | Owner |\n|---|---|\n| Remote access | IT |\n"
+        "## API keys\n## FAQ\nSend the PDF to the CEO over the VPN.\n- Use the VPN abroad.\n"
+        "| Ab | two letters, not capitals |\n| ID | two capitals |\n"
+    )
+    assert defined_codes(text) == []
+    assert identifiers(text) == []
+    assert document_codes("Remote access", ["VPN", "PDF", "BR-3"], text) == ["BR-3"]
