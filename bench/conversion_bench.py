@@ -27,7 +27,8 @@ from server.config.loading import load_settings
 from server.container import chunking_rule, conversion_limits, open_runtime
 from storage.convert import convert_bytes
 from storage.convert.worker import ConversionWorker
-from storage.documents import Candidate, load_document
+from storage.discovery import Candidate
+from storage.documents import load_document
 from tests.office_files import (
     FIRST_WEEK,
     OUTAGE,

@@ -22,7 +22,7 @@ from bench.stats import ratio_summary, summarize
 from retrieval.ingest import Ingestor
 from server.config.loading import load_settings
 from server.container import chunking_rule, open_runtime
-from storage.documents import ChunkingRule
+from storage.chunking import ChunkingRule
 
 
 class _Stages:

@@ -26,8 +26,8 @@ from typing import Any
 
 from bench.log_baseline import PlainLog
 from bench.stats import summarize
-from storage.invocation_log import InvocationLog, InvocationRecord
-from storage.invocation_record import row_of
+from storage.invocation_log import InvocationLog
+from storage.invocation_record import InvocationRecord, row_of
 
 VARIANTS = ("full", "normal", "sqlite3_inline", "sqlite3_thread")
 # What the spec accepts as the price of the driver, per call (ms).

@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.corpus import _ACTIONS, _FOLLOW_UPS, DEFAULT_SEED, DOMAINS, SYMPTOMS, SyntheticChunk
-from storage.documents import ChunkingRule, discover, load_document
+from storage.chunking import ChunkingRule
+from storage.discovery import discover
+from storage.documents import load_document
 
 TokenCounter = Callable[[str], int]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retrieval.engine import Evidence, KnowledgeView
-from storage.catalog import ChunkRecord
+from storage.catalog_records import ChunkRecord
 
 KINDS = ("code", "paraphrase", "cross", "long", "offtopic", "near")
 

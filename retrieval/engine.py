@@ -24,8 +24,9 @@ from retrieval.embedders import QueryEncoding
 from retrieval.models import DomainInfo, KnowledgeMap
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
-from storage.catalog import Catalog, CatalogEntry, ChunkRecord
-from storage.documents import chunk_context
+from storage.catalog import Catalog
+from storage.catalog_records import CatalogEntry, ChunkRecord
+from storage.chunking import chunk_context
 from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
 from storage.lexical_index import LexicalHit, LexicalIndex, bm25_idf
 from storage.text import detect_language, terms

@@ -23,18 +23,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from retrieval.sparse import LexicalWeights
-from storage.catalog import Catalog, PlannedChunk
+from storage.catalog import Catalog
+from storage.catalog_records import PlannedChunk
+from storage.chunking import ChunkingRule
 from storage.convert.worker import ConversionWorker
-from storage.documents import (
-    Candidate,
-    ChunkingRule,
-    Document,
-    DocumentError,
-    content_hash,
-    discover,
-    load_document,
-    read_source,
-)
+from storage.discovery import Candidate, DocumentError, discover, read_source
+from storage.documents import Document, content_hash, load_document
 from storage.vector_store import ChunkRow, chunk_id
 
 logger = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from retrieval.ranking import RankedDoc
-from storage.catalog import ChunkRecord
-from storage.documents import chunk_context
+from storage.catalog_records import ChunkRecord
+from storage.chunking import chunk_context
 
 # An adjacent chunk joins the best one when its fused score is within this much of the best's.
 _NEIGHBOUR_MARGIN = 0.03

@@ -17,7 +17,7 @@ from retrieval.grade import Graded
 from retrieval.models import DedupReason, DocumentContent, Tier
 from retrieval.passages import Passage, best_passage, whole_document
 from retrieval.ranking import RankedDoc
-from storage.catalog import CatalogEntry, ChunkRecord
+from storage.catalog_records import CatalogEntry, ChunkRecord
 
 if TYPE_CHECKING:
     from retrieval.requests import LookupRequest, Policy

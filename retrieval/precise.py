@@ -32,7 +32,7 @@ from retrieval.engine import Evidence
 from retrieval.models import Tier
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
-from storage.catalog import CatalogEntry
+from storage.catalog_records import CatalogEntry
 from storage.text import CJK, MIN_CODE_CHARS, code_label, defined_codes, identifiers
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")

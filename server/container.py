@@ -25,8 +25,8 @@ from retrieval.service import LookupService
 from server.config.data_dir import empty_knowledge_base_message, prepare_data_dir
 from server.config.settings import Settings
 from storage.catalog import Catalog
+from storage.chunking import ChunkingRule
 from storage.convert.worker import ConversionLimits, ConversionWorker
-from storage.documents import ChunkingRule
 from storage.shared_catalog import SUFFIX, SharedCatalog
 from storage.shared_sync import Pulled, SharedMirror, pull
 from storage.vector_store import MilvusVectorStore, collection_name, connect, is_lite_uri

@@ -41,8 +41,6 @@ from storage.documents import Document
 from storage.lexical_index import TermRow
 from storage.text import terms
 
-__all__ = ["SCHEMA_VERSION", "Catalog", "CatalogEntry", "ChunkRecord", "DocumentRecord", "PlannedChunk"]
-
 logger = logging.getLogger(__name__)
 
 

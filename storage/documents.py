@@ -15,30 +15,11 @@ from typing import Any
 
 import yaml
 
-from storage.chunking import HEADING, Chunk, ChunkingRule, TokenCounter, chunk_context, chunk_markdown
+from storage.chunking import HEADING, Chunk, ChunkingRule, chunk_context, chunk_markdown
 from storage.convert import CONVERTED_SUFFIXES, CONVERTER_VERSION, ConversionError, Converted, convert_bytes
-from storage.discovery import SUFFIXES, TEXT_SUFFIXES, Candidate, DocumentError, discover, read_source
+from storage.discovery import Candidate, DocumentError, read_source
 from storage.exports import has_notion_id, notion_links_as_text, without_notion_id
 from storage.text import document_codes
-
-__all__ = [
-    "SUFFIXES",
-    "TEXT_SUFFIXES",
-    "Candidate",
-    "Chunk",
-    "ChunkingRule",
-    "Convert",
-    "Document",
-    "DocumentError",
-    "DocumentFields",
-    "TokenCounter",
-    "chunk_context",
-    "chunk_markdown",
-    "content_hash",
-    "discover",
-    "load_document",
-    "read_source",
-]
 
 # Converts one file's bytes (suffix given) to markdown: in this process, or in a bounded worker.
 Convert = Callable[[bytes, str], Converted]

@@ -34,12 +34,10 @@ from typing import Any, Literal, TypeVar
 import aiosqlite
 
 from storage import log_retention, session_memory_store
-from storage.invocation_record import INSERT, InvocationRecord, hash_text, row_of
+from storage.invocation_record import INSERT, InvocationRecord, row_of
 from storage.log_retention import Pruned, Retention
 from storage.schema import SchemaVersionError, migrate
 from storage.session_memory_store import Pending, SessionMemoryStore
-
-__all__ = ["InvocationLog", "InvocationRecord", "Synchronous", "hash_text"]
 
 logger = logging.getLogger(__name__)
 

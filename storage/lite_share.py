@@ -33,7 +33,6 @@ import numpy as np
 
 from storage import lite_search
 from storage.lite_socket import (
-    LOCK_FILENAME,
     LiteShareError,
     ensure_socket_dir,
     lock_holder,
@@ -41,20 +40,6 @@ from storage.lite_socket import (
     socket_answers,
     socket_path,
 )
-
-__all__ = [
-    "LOCK_FILENAME",
-    "LiteShareError",
-    "SharedLiteClient",
-    "connect",
-    "ensure_socket_dir",
-    "lock_holder",
-    "lost_connection",
-    "probe",
-    "release",
-    "socket_answers",
-    "socket_path",
-]
 
 logger = logging.getLogger(__name__)
 

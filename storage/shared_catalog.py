@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from storage.catalog import CatalogEntry, DocumentRecord, PlannedChunk
+from storage.catalog_records import CatalogEntry, DocumentRecord, PlannedChunk
 from storage.vector_store import create_or_load, string_literal
 
 if TYPE_CHECKING:

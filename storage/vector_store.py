@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from storage import lite_share
+from storage.lite_socket import LiteShareError
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -267,7 +268,7 @@ def _connect(uri: str, token: str | None, timeout_s: float) -> MilvusClient:
         # A Lite directory is locked by one process; lite_share serves it to the others.
         try:
             return lite_share.connect(uri, timeout_s)
-        except lite_share.LiteShareError as exc:
+        except LiteShareError as exc:
             raise StoreError(str(exc)) from exc
         except Exception as exc:  # pymilvus raises many types; all mean "cannot use this URI"
             raise StoreError(f"cannot connect to Milvus at {uri!r} within {timeout_s:g}s: {exc}") from exc

@@ -27,7 +27,9 @@ from server.config.loading import load_settings
 from server.config.settings import Settings
 from server.container import chunking_rule, open_runtime
 from server.protocol.app import app_resources, create_server
-from storage.documents import chunk_context, discover, load_document
+from storage.chunking import chunk_context
+from storage.discovery import discover
+from storage.documents import load_document
 from storage.vector_store import LAYOUT
 from tests.bge_tiny import HIDDEN, build_tiny_bge_m3, build_tiny_reranker
 from tests.helpers import ROOT

@@ -7,15 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.documents import (
-    Candidate,
-    ChunkingRule,
-    DocumentError,
-    chunk_markdown,
-    discover,
-    load_document,
-    read_source,
-)
+from storage.chunking import ChunkingRule, chunk_markdown
+from storage.discovery import Candidate, DocumentError, discover, read_source
+from storage.documents import load_document
 from tests.helpers import write_knowledge_base
 
 

@@ -87,7 +87,8 @@ def test_ingest_killed_with_sigkill_midway_is_completed_by_the_next_run_without_
 ) -> None:
     from server.config.loading import load_settings
     from server.container import chunking_rule, open_runtime
-    from storage.documents import discover, load_document
+    from storage.discovery import discover
+    from storage.documents import load_document
 
     total = 60
     kb = _write_knowledge_base(tmp_path / "kb", total)

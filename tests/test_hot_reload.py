@@ -20,7 +20,7 @@ from server.config.reload import SettingsHolder
 from server.config.sections import HOT
 from server.config.settings import Settings, reload_rules, restart_only_paths
 from server.protocol.app import create_server
-from storage.invocation_log import hash_text
+from storage.invocation_record import hash_text
 
 # No keyword, title or identifier matches it, so its tier comes from similarity alone.
 QUERY = "如何排查生产故障？"

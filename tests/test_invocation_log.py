@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from storage import log_retention
-from storage.invocation_log import InvocationLog, InvocationRecord, hash_text
+from storage.invocation_log import InvocationLog
+from storage.invocation_record import InvocationRecord, hash_text
 from storage.log_retention import Retention, wal_bytes
 from storage.schema import SchemaVersionError, latest_version, migrate
 from tests.helpers import loop_ticks

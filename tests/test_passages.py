@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 
 from retrieval.passages import whole_document
-from storage.catalog import ChunkRecord
+from storage.catalog_records import ChunkRecord
 
 HANDBOOK = "onboarding/operations-handbook.md"
 EXPENSE = "How many days after buying something do I have to file an expense claim?"

@@ -7,7 +7,7 @@ from retrieval.models import Tier
 from retrieval.precise import at_most_reference, precise_doc, unseen_names
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import Logistic, TierModel
-from storage.catalog import CatalogEntry
+from storage.catalog_records import CatalogEntry
 from storage.keyword_index import L0Hit
 
 MODEL = TierModel(

@@ -24,7 +24,7 @@ import pytest
 from retrieval.ingest import IngestReport
 from server.config.loading import load_settings
 from server.container import Runtime, open_runtime
-from storage.catalog import CatalogEntry, DocumentRecord, PlannedChunk
+from storage.catalog_records import CatalogEntry, DocumentRecord, PlannedChunk
 from storage.shared_catalog import SharedCatalog, decode, encode
 from storage.shared_lease import IngestLease
 from storage.vector_store import connect

@@ -21,6 +21,7 @@ from mcp import Client
 
 from server.config.http_settings import token_digest
 from server.transport import http_security
+from server.transport.host_names import origin_host, split_host
 from server.transport.http_security import BearerAuthMiddleware, host_policy, warn_if_exposed
 from tests.helpers import CLI, ROOT
 from tests.wire import RawSession, Served, post, private_data_dir, served_http, server_env
@@ -294,7 +295,7 @@ def test_dns_rebinding_protection_stays_on_for_every_bind_address(host: str) -> 
 )
 def test_host_headers_are_parsed_and_matched_exactly(header: str, allowed: bool) -> None:
     policy = host_policy("127.0.0.1", ["kb.example", "pinned.example:8443"])
-    assert policy.allows(*http_security.split_host(header)) == allowed
+    assert policy.allows(*split_host(header)) == allowed
 
 
 @pytest.mark.parametrize(
@@ -313,7 +314,7 @@ def test_host_headers_are_parsed_and_matched_exactly(header: str, allowed: bool)
 )
 def test_origin_headers_are_parsed_and_matched_exactly(origin: str, allowed: bool) -> None:
     policy = host_policy("127.0.0.1", [])
-    assert policy.allows(*http_security.origin_host(origin)) == allowed
+    assert policy.allows(*origin_host(origin)) == allowed
 
 
 @pytest.mark.slow
@@ -417,7 +418,7 @@ def test_a_socket_directory_someone_else_controls_stops_serve_with_one_line(
 
 
 def test_the_socket_directory_is_created_private_and_a_loose_one_of_ours_is_tightened(tmp_path: Path) -> None:
-    from storage.lite_share import ensure_socket_dir
+    from storage.lite_socket import ensure_socket_dir
 
     fresh, loose = tmp_path / "fresh", tmp_path / "loose"
     ensure_socket_dir(fresh)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from storage import lite_share
+from storage import lite_share, lite_socket
 from tests.helpers import CLI, ROOT, stop
 from tests.milvus_target import target_env
 from tests.wire import RawSession, StdioPeer, served_http, server_env
@@ -89,18 +89,18 @@ def test_two_stdio_servers_and_one_http_server_on_one_data_dir_answer_the_same_l
             b.proc.pid: lambda query: stdio_lookup(b, query),
             http.proc.pid: lambda query: session.call_tool("lookup_knowledge", {"query": query})["result"],
         }
-        holder = lite_share.lock_holder(data_dir / "milvus.db")
+        holder = lite_socket.lock_holder(data_dir / "milvus.db")
         assert holder in lookups, (holder, list(lookups))
         stop(next(p for p in (a.proc, b.proc, http.proc) if p.pid == holder))
         for pid, lookup in lookups.items():
             if pid != holder:
                 assert primary(lookup(LATER_QUERY)) == LATER_DOC
-        assert lite_share.lock_holder(data_dir / "milvus.db") in set(lookups) - {holder}
+        assert lite_socket.lock_holder(data_dir / "milvus.db") in set(lookups) - {holder}
 
 
 @pytest.mark.lite_only
 def test_a_holder_that_does_not_share_the_directory_stops_serve_naming_its_pid(data_dir: Path) -> None:
-    lock = data_dir / "milvus.db" / lite_share.LOCK_FILENAME
+    lock = data_dir / "milvus.db" / lite_socket.LOCK_FILENAME
     fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held like an old version would, without a socket
@@ -145,7 +145,7 @@ def test_an_owner_that_exits_leaves_the_socket_of_the_survivor_that_took_over(tm
     try:
         owner.disown()
         assert survivor.owned
-        assert lite_share.socket_answers(survivor.socket)
+        assert lite_socket.socket_answers(survivor.socket)
     finally:
         survivor.disown()
 

@@ -33,7 +33,7 @@ from server.protocol.sdk import connection_of
 from server.protocol.session import SessionIdentity, SessionKeyError, resolve_session
 from server.transport.http_security import peer_host, principal_of
 from server.transport.request_guard import mark_recorded
-from storage.invocation_log import InvocationRecord
+from storage.invocation_record import InvocationRecord
 
 logger = logging.getLogger(__name__)
 
