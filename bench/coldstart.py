@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import psutil
 
@@ -29,12 +29,12 @@ HANDSHAKE_VERSION = "2025-06-18"
 class _Lines:
     """Reads a pipe's lines on a thread so reads can be bounded in time."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: IO[bytes]) -> None:
         self._queue: queue.Queue[bytes] = queue.Queue()
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
-    def _pump(self, stream: BinaryIO) -> None:
+    def _pump(self, stream: IO[bytes]) -> None:
         for line in iter(stream.readline, b""):
             self._queue.put(line)
         self._queue.put(b"")
@@ -49,7 +49,7 @@ class _Lines:
             line = self._queue.get(timeout=remaining)
             if not line:
                 raise RuntimeError(f"the server closed stdout before answering request {request_id}")
-            message = json.loads(line)
+            message: dict[str, Any] = json.loads(line)
             if message.get("id") == request_id:
                 if "error" in message:
                     raise RuntimeError(f"request {request_id} failed: {message['error']}")

@@ -120,7 +120,7 @@ def synthetic_log(path: Path, rows: int, doc_keys: list[str], *, seed: int = 7) 
                 roll = rng.random()
                 if roll < 0.03:
                     doc = json.dumps([rng.choice(doc_keys)])
-                    row = (
+                    row: tuple[Any, ...] = (
                         ts,
                         session,
                         "read_knowledge_doc",

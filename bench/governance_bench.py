@@ -34,7 +34,7 @@ def measure(work: Path, embedder: Any) -> dict[str, Any]:
         runtime.close()
     if report.failed:
         raise RuntimeError(f"the sample knowledge base failed to ingest: {report.failed[:3]}")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for trace in sorted(TRACES.glob("*.jsonl")):
         steps = read_trace(trace)
         governed = asyncio.run(replay(settings, steps, embedder=embedder)).total

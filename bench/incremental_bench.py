@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,18 @@ class _Counting:
         self.seconds = 0.0
         self.tokens = 0
 
-    def embed_passages_with_lexical(self, texts: list[str]) -> Any:
+    def embed_passages_with_lexical(self, texts: Sequence[str]) -> Any:
+        return self._counted(self.inner.embed_passages_with_lexical, texts)
+
+    def embed_passages(self, texts: Sequence[str]) -> Any:
+        # Not called by the Ingestor, which takes the lexical path above; the Ingestor's type needs it.
+        return self._counted(self.inner.embed_passages, texts)
+
+    def _counted(self, embed: Callable[[Sequence[str]], Any], texts: Sequence[str]) -> Any:
         self.tokens += sum(self.inner.count_tokens(t) for t in texts)
         started = time.perf_counter()
         try:
-            return self.inner.embed_passages_with_lexical(texts)
+            return embed(texts)
         finally:
             self.seconds += time.perf_counter() - started
 

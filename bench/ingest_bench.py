@@ -52,6 +52,8 @@ class _TimedStore:
 class _TimedEmbedder:
     def __init__(self, inner: Any, stages: _Stages) -> None:
         self.embed_passages_with_lexical = stages.timed("encoding", inner.embed_passages_with_lexical)
+        # Not called by the Ingestor, which takes the lexical path above; the Ingestor's type needs it.
+        self.embed_passages = stages.timed("encoding", inner.embed_passages)
 
 
 def timed_ingest(runtime: Any, kb: Path, stages: _Stages) -> Any:

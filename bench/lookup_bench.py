@@ -14,15 +14,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mcp import Client
+from mcp_types import RequestParamsMeta
 
 from bench.corpus import SyntheticChunk, identifier_query, take
 from bench.stats import ratio_summary, summarize
 from bench.store_ready import wait_until_indexed
 from retrieval.engine import DENSE_LIMIT
 from server.config.settings import Settings
+from server.container import Runtime
 from server.protocol.app import app_resources, create_server
 from storage.vector_store import SEARCH_FIELDS, VECTOR_FIELD, string_literal
 
@@ -86,7 +88,9 @@ class LookupBench:
         # cost here, outside the engine's worker threads, and is not inflated by waiting for a core.
         cpu = time.thread_time()
         started = time.perf_counter()
-        result = await client.call_tool(TOOL, {"query": query}, meta={"session_id": session})
+        result = await client.call_tool(
+            TOOL, {"query": query}, meta=cast(RequestParamsMeta, {"session_id": session})
+        )
         elapsed = _ms(started)
         self.cpu_ms.append((time.thread_time() - cpu) * 1000)
         if result.is_error or result.structured_content is None:
@@ -97,10 +101,17 @@ class LookupBench:
         self._calls += 1
         return f"bench-{self._run}-{label}-{self.size}-{self._calls}"
 
+    def _runtime(self) -> Runtime:
+        """The server's runtime, open once the first lookup has run."""
+        runtime = self.resources.runtime
+        if runtime is None:
+            raise RuntimeError("the server's runtime is not open: no lookup has run yet")
+        return runtime
+
     # -- the store, raw ------------------------------------------------------------------
     def _raw_search(self, vector: list[float], domain: str | None = None) -> float:
         """One search on the store's client with exactly the engine's collection, limit and parameters."""
-        runtime = self.resources.runtime
+        runtime = self._runtime()
         limit = DENSE_LIMIT
         client = runtime.store._client  # the server's own client: the floor must not add a hop
         started = time.perf_counter()
@@ -116,7 +127,7 @@ class LookupBench:
 
     def settle(self) -> dict[str, Any]:
         """The server's store, searched until its index serves (see bench.store_ready)."""
-        runtime = self.resources.runtime
+        runtime = self._runtime()
         described = runtime.store._client.describe_index(runtime.store.collection, VECTOR_FIELD)
         return {
             "index": {
@@ -143,7 +154,7 @@ class LookupBench:
             out["first_lookup_in_process_ms"] = round(_ms(started), 1)
             service = await self.resources.lookup_service()
             engine = service.engine
-            cached = self.resources.runtime.embedder
+            cached = self._runtime().embedder
             out["store"] = self.settle()
             log(
                 f"  [{self.size}] store ready after {out['store']['seconds']} s: {out['store']['batches_ms']} ms/search"
@@ -238,7 +249,7 @@ class LookupBench:
                 await self.call(client, query, self.session("warm"))
             service = await self.resources.lookup_service()
             return await self._repeat_and_blocked(
-                client, service.engine, self.resources.runtime.embedder, repeat_items, rounds
+                client, service.engine, self._runtime().embedder, repeat_items, rounds
             )
 
     def _time_log_commits(self) -> _Timed | None:
@@ -247,7 +258,7 @@ class LookupBench:
         if log_ is None:
             return None
         timed = _Timed(log_.record)
-        log_.record = timed
+        log_.record = timed  # type: ignore[method-assign]  # timed in place, on the server's own log
         return timed
 
     async def _repeat_and_blocked(

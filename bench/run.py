@@ -101,7 +101,7 @@ def _load_results(results_dir: Path) -> dict[str, Any]:
     summary = results_dir / "summary.json"
     if not summary.exists():
         raise SystemExit(f"error: no results to render: {summary} does not exist (run the benchmarks first)")
-    results = json.loads(summary.read_text(encoding="utf-8"))
+    results: dict[str, Any] = json.loads(summary.read_text(encoding="utf-8"))
     for kind in KINDS:
         results[f"lookup_{kind}"] = {
             str(size): json.loads((results_dir / f"lookup-{kind}-{size}.json").read_text(encoding="utf-8"))
@@ -120,7 +120,7 @@ class Clock:
 
 def _ingest_step(
     kb: Path, data: Path, embedder: Any, chunks: list[SyntheticChunk], clock: Clock, label: str
-) -> dict:
+) -> dict[str, Any]:
     from server.config.loading import load_settings
     from server.container import open_runtime
 

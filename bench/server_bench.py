@@ -149,7 +149,7 @@ def run(sizes: list[int], rounds: int, server_uri: str | None, work: Path) -> di
                     ready = wait_until_indexed(store)
                     if label == "server":
                         ready["server_settled"] = _wait_for_server_index(store, size)
-                    measured = _time_lookups(store, embedder, rounds)
+                    measured: dict[str, Any] = _time_lookups(store, embedder, rounds)
                     measured["index_wait"] = ready
                     results[label][str(size)] = measured
                     log(f"{label} {size}: {measured['lookup_median_ms']} ms median lookup")

@@ -42,7 +42,9 @@ def summarize(rounds: Sequence[Sequence[float]], *, digits: int = 3) -> dict[str
     }
 
 
-def ratio_summary(numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]]) -> dict:
+def ratio_summary(
+    numerators: Sequence[Sequence[float]], denominators: Sequence[Sequence[float]]
+) -> dict[str, Any]:
     """median(numerator) / median(denominator), overall and per round (both measured in the same rounds)."""
     if len(numerators) != len(denominators):
         raise ValueError(f"{len(numerators)} numerator rounds but {len(denominators)} denominator rounds")
