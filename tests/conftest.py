@@ -80,6 +80,18 @@ def milvus_prefix(
     milvus_target.drop_prefixed(milvus_server_uri, prefix)
 
 
+@pytest.fixture
+def no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LOOKUP_KNOWLEDGE_ variable of the outer environment reaches the settings this test loads."""
+    import os
+
+    from server.config.sections import ENV_PREFIX
+
+    for name in os.environ:
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def e5_embedder() -> Any:
     """The real bundled multilingual-e5-small, loaded once."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 import yaml
 
 from server.config.loading import load_settings
-from server.config.sections import ENV_PREFIX
 from server.config.settings import Settings, reload_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,12 +19,7 @@ _KEY = re.compile(r"^(?P<indent> *)(?P<name>[A-Za-z_][\w-]*):(?: |$)")
 _COMMENTED_KEY = re.compile(r"^# (?P<indent>)(?P<name>[a-z_]+): \S")
 _MARK = re.compile(r"^ *# \[(?P<rule>[a-z]+)\] ", re.MULTILINE)
 
-
-@pytest.fixture(autouse=True)
-def _no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith(ENV_PREFIX):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_environment_overrides")
 
 
 def test_example_config_lists_every_setting_with_its_default(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ dotted path, and a file that is not YAML is reported on one line with where the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,10 @@ from server.config.settings import Settings
 
 # Every check here fails before anything is opened; the bound only matters if that regresses
 # and a lookup runs instead.
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_environment_overrides")]
 
 UNKNOWN = "Extra inputs are not permitted"
 DIGEST = "0" * 64
-
-
-@pytest.fixture(autouse=True)
-def _no_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith(ENV_PREFIX):
-            monkeypatch.delenv(name)
 
 
 def refused_lookup(tmp_path: Path, capsys: pytest.CaptureFixture[str], *config: str) -> str:
