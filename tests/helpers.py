@@ -13,9 +13,15 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
 
 from tests.milvus_target import target_env
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp_types import RequestParamsMeta
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "server"]
@@ -99,6 +105,18 @@ async def loop_ticks(interval_s: float) -> AsyncIterator[Ticks]:
         yield ticks
     finally:
         task.cancel()
+
+
+async def lookup(client: Client, query: str, session: str | None = "s1", **args: Any) -> dict[str, Any]:
+    """One lookup_knowledge call through an in-process client, bounded: its structured content, asserted
+    not an error. ``session`` is the session id the call sends (None: none, the connection's own)."""
+    meta = None if session is None else cast("RequestParamsMeta", {"session_id": session})
+    with anyio.fail_after(60):
+        result = await client.call_tool("lookup_knowledge", {"query": query, **args}, meta=meta)
+    assert not result.is_error, result.content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 def write_knowledge_base(root: Path, docs: Mapping[str, str | bytes]) -> Path:

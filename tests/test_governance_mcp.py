@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 from mcp import Client
 
 from server.config.settings import Settings
 from storage.vector_store import ChunkHit, MilvusVectorStore, collection_name
+from tests.helpers import lookup
 
 # Queries over the sample knowledge base.
 POOL = "数据库连接池怎么配置"  # hikaricp-pool-config first, infrastructure
@@ -83,15 +83,6 @@ def counted(make_settings: Any, make_server: Any, e5_embedder: Any) -> Any:
         return make_server(store=store, embedder=embedder, **kwargs), store, embedder
 
     return make
-
-
-async def lookup(client: Client, query: str, *, session: str = "s1", **args: Any) -> dict[str, Any]:
-    with anyio.fail_after(60):
-        result = await client.call_tool(
-            "lookup_knowledge", {"query": query, **args}, meta={"session_id": session}
-        )
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 def doc_keys(result: dict[str, Any]) -> list[str]:

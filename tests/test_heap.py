@@ -17,20 +17,13 @@ from server.heap import YOUNG_THRESHOLD
 from server.protocol.app import create_server
 from server.watch import watch_ingest
 from tests.conftest import SAMPLE_KB
+from tests.helpers import lookup
 
 NEW_DOC = "infrastructure/zebra-cache.md"
 NEW_TEXT = (
     "---\ntitle: Zebra cache eviction\nkeywords: [ZEBRA_EVICT_42]\n---\n# Zebra cache\n\n"
     "ZEBRA_EVICT_42 is the error the zebra cache raises when it evicts a pinned entry.\n"
 )
-
-
-async def _primary(client: Client, query: str, session: str) -> str | None:
-    result = await client.call_tool("lookup_knowledge", {"query": query}, meta={"session_id": session})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    primary = result.structured_content["primary"]
-    return primary["doc_key"] if primary else None
 
 
 async def test_a_serving_view_is_frozen_once_and_freed_once_an_ingest_replaces_it(
@@ -40,13 +33,13 @@ async def test_a_serving_view_is_frozen_once_and_freed_once_an_ingest_replaces_i
     resources = make_resources()
     with anyio.fail_after(120):
         async with Client(create_server(resources)) as client:
-            assert await _primary(client, "ERR_TIMEOUT", "s1") is not None
+            assert (await lookup(client, "ERR_TIMEOUT", "s1"))["primary"] is not None
             assert gc.get_threshold()[0] == max(YOUNG_THRESHOLD, before[0])
             frozen = gc.get_freeze_count()
             assert frozen > 10_000  # the view, the model's wrapper, the SDK: all left out from now on
 
             # A second lookup on the same view freezes nothing more.
-            await _primary(client, "rate limit", "s2")
+            await lookup(client, "rate limit", "s2")
             assert gc.get_freeze_count() == frozen
 
             engine = resources.service.engine
@@ -56,7 +49,7 @@ async def test_a_serving_view_is_frozen_once_and_freed_once_an_ingest_replaces_i
             (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
             await asyncio.to_thread(watch_ingest(resources.runtime, kb))
 
-            assert await _primary(client, "ZEBRA_EVICT_42", "s3") == NEW_DOC
+            assert (await lookup(client, "ZEBRA_EVICT_42", "s3"))["primary"]["doc_key"] == NEW_DOC
             # The replaced view was frozen, so no collection could free it: only reference
             # counting did, which it can only when nothing holds it and it holds no cycle.
             assert old() is None

@@ -9,7 +9,6 @@ from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import pytest
 from mcp import Client
 from pydantic import BaseModel
@@ -21,6 +20,7 @@ from server.config.sections import HOT
 from server.config.settings import Settings, reload_rules, restart_only_paths
 from server.protocol.app import create_server
 from storage.invocation_record import hash_text
+from tests.helpers import lookup
 
 # No keyword, title or identifier matches it, so its tier comes from similarity alone.
 QUERY = "如何排查生产故障？"
@@ -36,15 +36,6 @@ def write_config(path: Path, *, top_right: float, feature: str = "gap", extra: s
         f"      top_right: {{weights: {{{feature}: 0.0}}, bias: 0.0, threshold: {top_right}}}\n" + extra,
         encoding="utf-8",
     )
-
-
-async def lookup(client: Client, query: str, session: str, **args: Any) -> dict[str, Any]:
-    with anyio.fail_after(60):
-        result = await client.call_tool(
-            "lookup_knowledge", {"query": query, **args}, meta={"session_id": session}
-        )
-    assert not result.is_error, result.content
-    return result.structured_content
 
 
 async def test_editing_the_tier_model_changes_the_tier_of_the_next_lookup(

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from tests.helpers import lookup
+
 QUERY = "ERR_TIMEOUT 是什么"
 DOC = "error-codes/err-timeout.md"
 
@@ -18,13 +20,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-async def lookup(client: Client, query: str = QUERY, **args: Any) -> dict[str, Any]:
-    meta = args.pop("meta", None)
-    result = await client.call_tool("lookup_knowledge", {"query": query, **args}, meta=meta)
-    assert not result.is_error, result.content
-    return result.structured_content  # type: ignore[return-value]
 
 
 async def test_tools_resources_and_prompts_are_listed(make_server: Any) -> None:
@@ -67,8 +62,8 @@ async def test_lookup_returns_structured_content_and_a_text_rendering(make_serve
 
 async def test_second_lookup_of_same_document_returns_deduped(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
-        first = await lookup(client)
-        second = await lookup(client)
+        first = await lookup(client, QUERY, session=None)
+        second = await lookup(client, QUERY, session=None)
     assert first["relevance_level"] == "PRECISE"
     assert second["relevance_level"] == "DEDUPED" and second["dedup_reason"] == "doc_retrieved"
     assert second["found"] is False and second["primary"] is None
@@ -78,8 +73,8 @@ async def test_second_lookup_of_same_document_returns_deduped(make_server: Any) 
 
 async def test_a_deduped_message_ends_with_the_guidance_as_a_sentence(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
-        await lookup(client, "what does ERR_TIMEOUT mean")
-        second = await lookup(client, "what does ERR_TIMEOUT mean")
+        await lookup(client, "what does ERR_TIMEOUT mean", session=None)
+        second = await lookup(client, "what does ERR_TIMEOUT mean", session=None)
     assert second["relevance_level"] == "DEDUPED"
     guidance = second["budget"]["guidance"]  # English, and lower case where it stands alone
     assert guidance[0].islower()
@@ -97,7 +92,7 @@ async def test_a_passage_is_never_returned_twice_to_a_session(make_server: Any) 
     returned: list[str] = []
     async with Client(make_server(overrides={"governance": {"enabled": False}}), mode="legacy") as client:
         for query in queries:
-            content = await lookup(client, query, top_k=5)
+            content = await lookup(client, query, session=None, top_k=5)
             documents = ([content["primary"]] if content["primary"] else []) + content["supplement"]
             passages = [f"{d['doc_key']}#{s}" for d in documents for s in d["sections"] or [""]]
             assert not set(passages) & set(returned)
@@ -107,14 +102,14 @@ async def test_a_passage_is_never_returned_twice_to_a_session(make_server: Any) 
 
 async def test_reset_session_makes_the_session_fresh(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
-        await lookup(client)
+        await lookup(client, QUERY, session=None)
         reset = await client.call_tool("reset_session", {})
         assert reset.structured_content == {
             "session_scope": "connection",
             "forgotten": True,
             "message": "session memory cleared; lookup_knowledge is open again",
         }
-        again = await lookup(client)
+        again = await lookup(client, QUERY, session=None)
     assert again["relevance_level"] == "PRECISE" and again["primary"]["doc_key"] == DOC
 
 
@@ -122,31 +117,31 @@ async def test_idle_session_is_forgotten_after_the_ttl(make_server: Any) -> None
     clock = FakeClock()
     server = make_server(clock=clock, overrides={"memory": {"ttl_seconds": 60, "persist": False}})
     async with Client(server, mode="legacy") as client:
-        await lookup(client)
+        await lookup(client, QUERY, session=None)
         clock.now += 59
-        assert (await lookup(client))["relevance_level"] == "DEDUPED"
+        assert (await lookup(client, QUERY, session=None))["relevance_level"] == "DEDUPED"
         clock.now += 61
-        assert (await lookup(client))["relevance_level"] == "PRECISE"
+        assert (await lookup(client, QUERY, session=None))["relevance_level"] == "PRECISE"
 
 
 async def test_two_clients_never_share_memory(make_server: Any) -> None:
     server = make_server()
     async with Client(server, mode="legacy") as a, Client(server, mode="legacy") as b:
-        assert (await lookup(a))["relevance_level"] == "PRECISE"
-        assert (await lookup(b))["relevance_level"] == "PRECISE"
-        assert (await lookup(a))["relevance_level"] == "DEDUPED"
+        assert (await lookup(a, QUERY, session=None))["relevance_level"] == "PRECISE"
+        assert (await lookup(b, QUERY, session=None))["relevance_level"] == "PRECISE"
+        assert (await lookup(a, QUERY, session=None))["relevance_level"] == "DEDUPED"
 
 
 async def test_explicit_meta_session_id_scopes_memory_on_the_sessionless_protocol(make_server: Any) -> None:
     async with Client(make_server()) as client:  # negotiates 2026-07-28: no MCP session
         assert client.protocol_version == "2026-07-28"
-        anonymous = [await lookup(client) for _ in range(2)]
+        anonymous = [await lookup(client, QUERY, session=None) for _ in range(2)]
         assert [c["session_scope"] for c in anonymous] == ["none", "none"]
         assert [c["relevance_level"] for c in anonymous] == ["PRECISE", "PRECISE"]
         assert anonymous[0]["budget"]["next_call"] is None
-        one = await lookup(client, meta={"session_id": "agent-1"})
-        two = await lookup(client, meta={"session_id": "agent-1"})
-        other = await lookup(client, meta={"session_id": "agent-2"})
+        one = await lookup(client, QUERY, session="agent-1")
+        two = await lookup(client, QUERY, session="agent-1")
+        other = await lookup(client, QUERY, session="agent-2")
     assert one["session_scope"] == "explicit"
     assert (one["relevance_level"], two["relevance_level"], other["relevance_level"]) == (
         "PRECISE",
@@ -180,12 +175,12 @@ async def test_invalid_arguments_name_the_field_and_the_server_keeps_serving(
     async with Client(make_server(), mode="legacy") as client:
         bad = await client.call_tool("lookup_knowledge", args)
         assert bad.is_error and message in bad.content[0].text
-        assert (await lookup(client))["relevance_level"] == "PRECISE"
+        assert (await lookup(client, QUERY, session=None))["relevance_level"] == "PRECISE"
 
 
 async def test_domain_filter_restricts_results(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
-        content = await lookup(client, "timeout configuration", domain="api", top_k=5)
+        content = await lookup(client, "timeout configuration", session=None, domain="api", top_k=5)
     # The api domain has a timeout document, so an empty result would be a failure, not a pass.
     assert content["primary"] is not None, content
     docs = [content["primary"], *content["supplement"]]
@@ -194,7 +189,7 @@ async def test_domain_filter_restricts_results(make_server: Any) -> None:
 
 async def test_off_topic_query_returns_no_match_without_content(make_server: Any) -> None:
     async with Client(make_server(), mode="legacy") as client:
-        content = await lookup(client, "how do I bake sourdough bread at home")
+        content = await lookup(client, "how do I bake sourdough bread at home", session=None)
     assert content["relevance_level"] == "NO_MATCH"
     assert content["found"] is False and content["primary"] is None and content["supplement"] == []
 
