@@ -15,7 +15,7 @@ import pytest
 from server.watch import FolderWatcher, snapshot
 from tests.conftest import SAMPLE_KB
 from tests.helpers import CLI, ROOT, loop_ticks
-from tests.wire import RawSession, served_http, server_env
+from tests.wire import http_primary, served_http, server_env
 
 pytestmark = pytest.mark.slow
 
@@ -27,19 +27,11 @@ NEW_TEXT = (
 QUERY = "ZEBRA_EVICT_42"
 
 
-def _primary(url: str, query: str) -> str | None:
-    # A fresh session per attempt: a NO_MATCH must not count against the next one.
-    result = RawSession(url).call_tool("lookup_knowledge", {"query": query})["result"]
-    assert not result.get("isError"), result
-    found = result["structuredContent"].get("primary")
-    return found["doc_key"] if found else None
-
-
 def _found_within(url: str, seconds: float) -> float:
     """Seconds until the new document is the answer; fails after ``seconds``."""
     started = time.monotonic()
     while True:  # each attempt is bounded by the HTTP client's timeout
-        if _primary(url, QUERY) == NEW_DOC:
+        if http_primary(url, QUERY) == NEW_DOC:
             return time.monotonic() - started
         assert time.monotonic() - started < seconds, f"{NEW_DOC} not served within {seconds}s"
         time.sleep(0.2)
@@ -56,7 +48,7 @@ def test_ingest_while_a_server_serves_is_answered_by_that_server_within_5s(
     env = server_env(data_dir)
     kb = _kb_copy(tmp_path / "kb")
     with served_http(env, tmp_path / "logs") as served:
-        assert _primary(served.url, QUERY) != NEW_DOC  # warm, and not there yet
+        assert http_primary(served.url, QUERY) != NEW_DOC  # warm, and not there yet
         (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
         ingest = subprocess.run(
             [*CLI, "ingest", str(kb)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -73,7 +65,7 @@ def test_watched_folder_is_ingested_after_a_write_and_bad_files_are_reported(
     env = server_env(data_dir, LOOKUP_KNOWLEDGE_WATCH__DEBOUNCE_S="0.5")
     kb = _kb_copy(tmp_path / "kb")
     with served_http(env, tmp_path / "logs", extra=["--watch", str(kb)]) as served:
-        assert _primary(served.url, QUERY) != NEW_DOC
+        assert http_primary(served.url, QUERY) != NEW_DOC
         (kb / NEW_DOC).write_text(NEW_TEXT, encoding="utf-8")
         (kb / "broken.md").write_text("---\ntitle: [oops\n---\nx", encoding="utf-8")
         _found_within(served.url, 5.0)

@@ -31,7 +31,7 @@ from storage.vector_store import connect
 from tests.helpers import CLI, ROOT, write_knowledge_base
 from tests.milvus_target import timed_mirror
 from tests.outage import Forwarder
-from tests.wire import RawSession, served_http, server_env
+from tests.wire import RawSession, http_lookup, http_primary, served_http, server_env
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -96,21 +96,6 @@ def _replica_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return server_env(data_dir, LOOKUP_KNOWLEDGE_MILVUS__SYNC_INTERVAL_S=str(SYNC_S), **settings)
 
 
-def _lookup(url: str, query: str) -> dict[str, Any]:
-    result: dict[str, Any] = RawSession(url).call_tool("lookup_knowledge", {"query": query})["result"]
-    return result
-
-
-def _primary(url: str, query: str, *, may_fail: bool = False) -> str | None:
-    """The doc_key of the lookup's primary answer; None on an error result when it may fail."""
-    result = _lookup(url, query)
-    if may_fail and result.get("isError"):
-        return None
-    assert not result.get("isError"), result
-    found = result["structuredContent"].get("primary")
-    return found["doc_key"] if found else None
-
-
 def _read(url: str, doc_key: str) -> str:
     """The whole content of doc_key as this replica serves it, in a session of its own."""
     result = RawSession(url).call_tool("read_knowledge_doc", {"doc_key": doc_key})["result"]
@@ -135,7 +120,7 @@ def _answered(
     """
     waiting = list(urls)
     while True:
-        waiting = [url for url in waiting if _primary(url, query, may_fail=may_fail) != doc_key]
+        waiting = [url for url in waiting if http_primary(url, query, may_fail=may_fail) != doc_key]
         elapsed = time.monotonic() - since
         assert elapsed <= within, (
             f"{doc_key} not answered by {waiting or urls} within {within:g}s of the ingest's commit "
@@ -168,7 +153,7 @@ def test_two_replicas_with_empty_data_dirs_serve_a_third_process_ingest_and_foll
     ):
         urls = [first.url, second.url]
         for url in urls:
-            assert _primary(url, "BKP_NIGHTLY_7") == "ops/backups.md"
+            assert http_primary(url, "BKP_NIGHTLY_7") == "ops/backups.md"
         # Session memory is per replica (docs/scaling.md: route a conversation to one replica):
         # the replica that answered dedups the repeat, the other one has never seen it.
         levels = [
@@ -222,7 +207,7 @@ def test_a_replica_behind_on_the_generation_takes_an_edited_document_whole_at_it
             # Behind, it serves the old version whole; after its next sync, the new one whole.
             seen.append(_version_of(_read(replica.url, RUNBOOK)))
             assert time.monotonic() - commits[-1] <= STATED_DELAY_S, seen
-        assert _primary(replica.url, "RUNBOOK_NEW_2") == RUNBOOK
+        assert http_primary(replica.url, "RUNBOOK_NEW_2") == RUNBOOK
         assert all(_version_of(_read(replica.url, RUNBOOK)) == "NEW" for _ in range(3))  # and stays there
         _wait_for_log(
             replica, r"took 1 documents \(\d+ chunks\), dropped 0, .*embedded by this process: 0", 5
@@ -239,7 +224,7 @@ def test_a_replica_whose_milvus_goes_away_keeps_serving_its_catalog_and_catches_
     try:
         env = _replica_env(tmp_path / "replica", LOOKUP_KNOWLEDGE_MILVUS__URI=milvus.uri)
         with served_http(env, tmp_path / "logs") as replica:
-            assert _primary(replica.url, "BKP_NIGHTLY_7") == "ops/backups.md"
+            assert http_primary(replica.url, "BKP_NIGHTLY_7") == "ops/backups.md"
             milvus.down()
             write_knowledge_base(kb, dict([EDITED]))
             assert _ingest(tmp_path / "ingester", kb, e5_embedder).updated == [EDITED[0]]
@@ -248,8 +233,8 @@ def test_a_replica_whose_milvus_goes_away_keeps_serving_its_catalog_and_catches_
             )
             # A lookup it answered before is answered again from its evidence cache; any other
             # fails with an error result that names Milvus; documents and the process stay.
-            assert _primary(replica.url, "BKP_NIGHTLY_7") == "ops/backups.md"
-            failed = _lookup(replica.url, "PAGER_ROTA_3")
+            assert http_primary(replica.url, "BKP_NIGHTLY_7") == "ops/backups.md"
+            failed = http_lookup(replica.url, "PAGER_ROTA_3")
             message = failed["content"][0]["text"] if failed.get("isError") else ""
             assert message.startswith(
                 "Error executing tool lookup_knowledge: lookup_knowledge failed: MilvusException"

@@ -17,7 +17,7 @@ import pytest
 from storage import lite_share, lite_socket
 from tests.helpers import CLI, ROOT, stop
 from tests.milvus_target import target_env
-from tests.wire import RawSession, StdioPeer, served_http, server_env
+from tests.wire import RawSession, StdioPeer, primary, served_http, server_env
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +43,6 @@ def stdio_lookup(peer: StdioPeer, query: str, timeout: float = 120.0) -> dict[st
         message = peer.receive(timeout=timeout)
         if message.get("id") == request_id:
             return message["result"]  # type: ignore[no-any-return]
-
-
-def primary(result: dict[str, Any]) -> str | None:
-    assert not result.get("isError"), result
-    found = result["structuredContent"].get("primary")
-    return found["doc_key"] if found else None
 
 
 @contextlib.contextmanager

@@ -177,6 +177,28 @@ class RawSession:
         return self.request("tools/call", {"name": name, "arguments": arguments})
 
 
+def primary(result: dict[str, Any]) -> str | None:
+    """The doc_key of the primary answer in a lookup's JSON-RPC result, asserted not an error."""
+    assert not result.get("isError"), result
+    found = result["structuredContent"].get("primary")
+    return found["doc_key"] if found else None
+
+
+def http_lookup(url: str, query: str) -> dict[str, Any]:
+    """The JSON-RPC result of one lookup over HTTP, in a session of its own (a NO_MATCH counts against no later call)."""
+    result: dict[str, Any] = RawSession(url).call_tool("lookup_knowledge", {"query": query})["result"]
+    return result
+
+
+def http_primary(url: str, query: str, *, may_fail: bool = False) -> str | None:
+    """The doc_key of the primary answer to one lookup over HTTP (``http_lookup``); None on an error
+    result when it may fail."""
+    result = http_lookup(url, query)
+    if may_fail and result.get("isError"):
+        return None
+    return primary(result)
+
+
 class StdioPeer:
     """A ``serve`` subprocess over stdio, written to line by line and read with a bounded wait."""
 
