@@ -14,9 +14,11 @@ lock (another process writing, a checkpoint) waits there with the busy timeout a
 loop goes on serving. A call's row, a pending gap, the queued memory states and the commit (or
 the rollback) are one transaction, and the transaction is shielded from the caller's
 cancellation: a call cancelled meanwhile still gets its row, and no transaction is left open
-on the connection. Through aiosqlite a write is three or four thread hops (the row, the memory
-states, the commit) where one synchronous function on a thread of its own took one;
-``bench/log_bench.py`` measures what that costs per call.
+on the connection. Through aiosqlite each statement and each commit is a round trip to that
+thread; a lookup's write (its row and its session's state) is one statement, committed as it
+ends (storage.call_write), so it costs one round trip as the synchronous function on a thread of
+its own did before; ``bench/log_bench.py`` measures what the driver costs per call. Other writes
+(a gap, several states, a forgotten session) run between an explicit BEGIN and COMMIT.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
-from storage import log_retention, session_memory_store
+from storage import call_write, log_retention, session_memory_store
 from storage.invocation_record import INSERT, InvocationRecord, row_of
 from storage.log_retention import Pruned, Retention
 from storage.schema import SchemaVersionError, migrate
@@ -139,12 +141,14 @@ class InvocationLog:
     async def _connect(self, migrate_timeout_s: float) -> aiosqlite.Connection:
         await asyncio.to_thread(migrate, self.path, busy_timeout_s=migrate_timeout_s)
         # The busy timeout is the connection's own: every statement waits on aiosqlite's thread.
-        db = await aiosqlite.connect(self.path, timeout=self._busy_timeout_s)
+        # Autocommit: a lookup's write is one statement and its own transaction (storage.call_write);
+        # every other transaction begins explicitly (_transaction).
+        db = await aiosqlite.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
         try:
             await db.executescript(
                 f"PRAGMA synchronous={self._synchronous};"
                 " PRAGMA wal_autocheckpoint=0;"
-                f" PRAGMA journal_size_limit={log_retention.JOURNAL_SIZE_LIMIT_BYTES};"
+                f" PRAGMA journal_size_limit={log_retention.JOURNAL_SIZE_LIMIT_BYTES};" + call_write.SCRIPT
             )
         except BaseException:
             await db.close()
@@ -174,14 +178,22 @@ class InvocationLog:
             return await self._connect(migrate_timeout_s=self._busy_timeout_s)
         return self._db
 
-    async def _transaction(self, work: Work[T]) -> T:
-        """``work`` and its commit; on failure roll back (or drop a broken connection) and re-raise."""
+    async def _transaction(self, work: Work[T], *, one_statement: bool = False) -> T:
+        """``work`` in one transaction; on failure roll back (or drop a broken connection) and re-raise.
+
+        ``one_statement``: ``work`` runs a single statement, which is its own transaction on this
+        autocommit connection; the BEGIN and COMMIT round trips are left out.
+        """
         db = await self._connection()
         try:
+            if not one_statement:
+                await db.execute("BEGIN")
             result = await work(db)
-            await db.commit()
+            if not one_statement:
+                await db.commit()
         except _WRITE_ERRORS as exc:
             try:
+                # Nothing to undo after a failed single statement (SQLite rolled it back): a no-op then.
                 await db.rollback()
             except _WRITE_ERRORS:
                 # The connection itself is broken (I/O error, closed): start afresh on the next call.
@@ -211,13 +223,17 @@ class InvocationLog:
 
     async def _record(self, ts: float, row: tuple[Any, ...]) -> bool:
         memory, gap = self._memory.take(), self._gap
+        single = call_write.parameters(row, memory) if gap is None else None
 
         async def work(db: aiosqlite.Connection) -> None:
+            if single is not None:
+                await db.execute(call_write.STATEMENT, single)
+                return
             await db.execute(INSERT, row)
             await _write_side_tables(db, memory, gap)
 
         try:
-            await self._transaction(work)
+            await self._transaction(work, one_statement=single is not None)
         except _WRITE_ERRORS as exc:
             self._memory.put_back(memory)
             self._failed(ts, exc)

@@ -7,13 +7,27 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-INSERT = """
-INSERT INTO tool_invocation (
-    ts, session_key, session_scope, tool_name, query, domain_filter, missing_dimension,
-    relevance_level, dedup_reason, completeness_hint, water_level, next_call, call_index,
-    result_doc_keys, retrieval_details, latency_ms, error
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+# The columns of a row, in the order of ``row_of``'s values.
+COLUMNS = (
+    "ts",
+    "session_key",
+    "session_scope",
+    "tool_name",
+    "query",
+    "domain_filter",
+    "missing_dimension",
+    "relevance_level",
+    "dedup_reason",
+    "completeness_hint",
+    "water_level",
+    "next_call",
+    "call_index",
+    "result_doc_keys",
+    "retrieval_details",
+    "latency_ms",
+    "error",
+)
+INSERT = f"INSERT INTO tool_invocation ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from collections.abc import Callable
 
 import aiosqlite
 
-UPSERT = """
-INSERT INTO session_memory (session_key, state, last_seen) VALUES (?, ?, ?)
-ON CONFLICT (session_key) DO UPDATE SET state = excluded.state, last_seen = excluded.last_seen
-"""
+# A state replaces the session's previous one; also the end of call_write's upsert.
+ON_CONFLICT = "ON CONFLICT (session_key) DO UPDATE SET state = excluded.state, last_seen = excluded.last_seen"
+UPSERT = f"INSERT INTO session_memory (session_key, state, last_seen) VALUES (?, ?, ?) {ON_CONFLICT}"
 
 # Queued action memory: session key -> (state, or None to forget it; when it was queued).
 Pending = dict[str, tuple[str | None, float]]

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from storage import log_retention
+from storage import call_write, log_retention
 from storage.invocation_log import InvocationLog
 from storage.invocation_record import InvocationRecord, hash_text
 from storage.log_retention import Retention, wal_bytes
@@ -272,6 +272,47 @@ async def test_a_call_cancelled_while_its_row_is_written_keeps_its_row_and_its_o
         assert [r["call_index"] for r in rows(log.path)] == [1, 2, 3]
         assert wal_commits(log.path) == commits + 2
         assert [r["session_key"] for r in rows(log.path, "SELECT session_key FROM session_memory")] == ["s1"]
+
+
+async def test_a_row_and_one_state_written_as_one_statement_equal_the_statements_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common write (one statement through call_write's trigger) stores what the general path does."""
+    record, state = make_record(call_index=7, error="x" * 300), session_memory(3)
+    written: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
+    for path in ("single", "general"):
+        if path == "general":
+            monkeypatch.setattr(call_write, "parameters", lambda row, memory: None)
+        log = await InvocationLog.open(tmp_path / path / "log.sqlite", log_queries=True, clock=Clock())
+        try:
+            log.queue_memory("s1", state)
+            commits = wal_commits(log.path)
+            assert await log.record(record)
+            assert wal_commits(log.path) == commits + 1
+        finally:
+            await log.close()
+        written[path] = (
+            [tuple(r) for r in rows(log.path)],
+            [tuple(r) for r in rows(log.path, "SELECT * FROM session_memory")],
+        )
+    assert written["single"] == written["general"]
+    assert written["single"][1] == [("s1", state, 1_800_000_000.0)]
+
+
+async def test_a_state_that_cannot_be_stored_fails_its_row_in_the_same_statement(log: InvocationLog) -> None:
+    """The trigger's upsert failing (the state is not JSON) takes the row with it; the next call recovers."""
+    assert await log.record(make_record(call_index=1))
+    log.queue_memory("s1", "not json")
+    assert await log.record(make_record(call_index=2)) is False
+    assert log.failures == 1 and "CHECK constraint" in (log.last_error or "")
+    assert [r["call_index"] for r in rows(log.path)] == [1]
+    log.queue_memory("s1", session_memory())  # a newer state replaces the one put back
+    assert await log.record(make_record(call_index=3))
+    assert [r["call_index"] for r in rows(log.path)] == [1, 3]
+    assert [r["missed"] for r in rows(log.path, "SELECT missed FROM log_gap")] == [1]
+    assert [json.loads(r["state"]) for r in rows(log.path, "SELECT state FROM session_memory")] == [
+        json.loads(session_memory())
+    ]
 
 
 async def _record_while_locked(log: InvocationLog, call_index: int) -> int:
