@@ -54,9 +54,13 @@ def test_a_code_label_is_upper_case_with_a_digit_or_a_separator() -> None:
 
 
 def test_a_letters_only_label_is_defined_by_a_table_row_a_list_lead_or_its_own_heading() -> None:
-    table = "| Code | Name |\n|---|---|\n| BAR | Best available rate |\n| NRF | Non-refundable |\n"
-    assert defined_codes(table) == ["BAR", "NRF"]
-    assert short_codes(table) == ["BAR", "NRF"]
+    """Two to eight capitals: claim statuses (HD, SB) and damage codes (ZP) are two letters long."""
+    table = (
+        "| Code | Name |\n|---|---|\n| BAR | Best available rate |\n| NRF | Non-refundable |\n"
+        "| HD | On hold |\n"
+    )
+    assert defined_codes(table) == ["BAR", "NRF", "HD"]
+    assert short_codes(table) == ["BAR", "NRF", "HD"]
     listed = "- **STAFF**: employee rate\n- `DND`: do not disturb\n- OOO: out of order\n"
     assert defined_codes(listed) == ["STAFF", "DND", "OOO"]
     assert defined_codes("## NRF: non-refundable\n### LCM — member rate\n") == ["NRF", "LCM"]
@@ -66,8 +70,16 @@ def test_an_acronym_in_prose_a_header_row_a_topic_heading_or_keywords_is_no_code
     text = (
         "| VPN | Owner |\n|---|---|\n| Remote access | IT |\n"
         "## API keys\n## FAQ\nSend the PDF to the CEO over the VPN.\n- Use the VPN abroad.\n"
-        "| Ab | two letters, not capitals |\n| ID | two capitals |\n"
+        "| Ab | two letters, not capitals |\n| W | one capital |\n"
     )
     assert defined_codes(text) == []
     assert identifiers(text) == []
     assert document_codes("Remote access", ["VPN", "PDF", "BR-3"], text) == ["BR-3"]
+
+
+def test_a_longer_label_running_text_misses_is_no_defined_code() -> None:
+    """W805 and PA66 in a table's first column: a code or a material grade, the shape cannot tell."""
+    table = "| Code | Meaning |\n|---|---|\n| W805 | Photo location mismatch |\n| PA66 | 80 °C |\n"
+    assert defined_codes(table) == ["W805", "PA66"]
+    assert short_codes(table) == []
+    assert document_codes("System error codes", [], table) == []
