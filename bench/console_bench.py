@@ -13,7 +13,10 @@ Then, over loopback HTTP:
   built for every request; the gaps, documents and map pages are rendered once per report). The
   conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of them; the
   medians and p95s compared come from this one run, and ``accepted`` says whether lookup p95 with
-  the console loaded stayed within ACCEPT_P95_RATIO of lookups alone.
+  the console loaded stayed within ACCEPT_P95_RATIO of lookups alone;
+- which pages the browser loaded in each condition and their answer times there
+  (``console_pages_under_load_ms``), and each process's memory and CPU time (``processes``: the
+  serving process, and the console's page process, which builds the pages and the gap report).
 
 Run alone: ``python -m bench.console_bench [--rows 100000]``; ``make bench`` runs it from
 bench.run and writes ``bench/results/console.json``.
