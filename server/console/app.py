@@ -165,6 +165,7 @@ class Console:
         try:
             yield
         finally:
+            await self.pages.settle()
             # Waits for a page in progress: on a thread, so the loop finishes its other work.
             await asyncio.to_thread(self.pages.close)
 

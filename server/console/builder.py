@@ -37,6 +37,9 @@ from server.gap_report import Hits
 logger = logging.getLogger(__name__)
 
 Search = Callable[[np.ndarray], Hits]  # one centre's hits in the store (blocking)
+# Between two of a report build's store searches in the serving process (one per gap group):
+# the searches share this process's interpreter with the lookups, so they are spread out.
+SEARCH_PAUSE_S = 0.02
 
 
 class PageProcessStopped(RuntimeError):
@@ -77,6 +80,13 @@ class PageProcess:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    async def settle(self) -> None:
+        """Cancel the store searches still running for the worker (before ``close``)."""
+        tasks = list(self._searching)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def pid(self) -> int:
         """The worker's process id (it is started if it is not running)."""
         return int((await self.stats())["pid"])
@@ -92,28 +102,36 @@ class PageProcess:
     async def report_page(self, spec: ReportSpec, page: str, search: Search, *args: Any) -> str | None:
         """A report page (``ReportPages.page``), None while its report is pending.
 
-        The store searches the worker asks for with the page are run here, on a thread, in a
-        task that finishes even when this request is cancelled (a build waits for them).
+        The store searches the worker asks for with the page are run here in the background,
+        paced (SEARCH_PAUSE_S apart), and their hits sent back: the page does not wait for them.
         """
         body, asked = await self._submit(_worker.report_page, spec, page, args)
         if asked:
             task = asyncio.create_task(self._answer(asked, search))
             self._searching.add(task)
             task.add_done_callback(self._searching.discard)
-            await asyncio.shield(task)
         return None if body is None else str(body)
 
     async def _answer(self, asked: Sequence[Asked], search: Search) -> None:
-        answers: list[Answer] = []
-        for ask, centres in asked:
+        answers: list[Answer] = [(ask, await self._searched(centres, search)) for ask, centres in asked]
+        try:
+            await self._submit(_worker.answer, answers)
+        except PageProcessStopped:  # the worker died or the server stops: its builds went with it
+            logger.info("the gap report's searches were not delivered: the page process stopped")
+
+    @staticmethod
+    async def _searched(centres: Sequence[list[float]], search: Search) -> list[Hits] | None:
+        """Each centre's hits, or None when the store failed (that build fails, the next retries)."""
+        hits: list[Hits] = []
+        for centre in centres:
             try:
-                hits = [await asyncio.to_thread(search, np.asarray(c, dtype=np.float32)) for c in centres]
-            except Exception:  # the store failed: that build fails, and says so in the worker
+                hits.append(await asyncio.to_thread(search, np.asarray(centre, dtype=np.float32)))
+            except Exception:  # the top of a background task: the failure is logged, not raised
                 logger.exception("the store search for the gap report failed")
-                answers.append((ask, None))
-            else:
-                answers.append((ask, hits))
-        await self._submit(_worker.answer, answers)
+                return None
+            # One search at a time, then a pause: a lookup waits behind at most one search.
+            await asyncio.sleep(SEARCH_PAUSE_S)
+        return hits
 
     async def _submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         async with self._one:
