@@ -13,7 +13,10 @@ Then, over loopback HTTP:
   built for every request; the gaps, documents and map pages are rendered once per report). The
   conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of them; the
   medians and p95s compared come from this one run, and ``accepted`` says whether lookup p95 with
-  the console loaded stayed within ACCEPT_P95_RATIO of lookups alone.
+  the console loaded stayed within ACCEPT_P95_RATIO of lookups alone;
+- which pages the browser loaded in each condition and their answer times there
+  (``console_pages_under_load_ms``), and each process's memory and CPU time (``processes``: the
+  serving process, and the console's page process, which builds the pages and the gap report).
 
 Run alone: ``python -m bench.console_bench [--rows 100000]``; ``make bench`` runs it from
 bench.run and writes ``bench/results/console.json``.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import socket
@@ -209,33 +213,38 @@ async def _lookup_batch(client: Any, first: int, count: int) -> list[float]:
     return samples
 
 
-async def _browse(base: str, pause_s: float, stop: asyncio.Event, served: list[int]) -> None:
+async def _browse(base: str, pause_s: float, stop: asyncio.Event, served: dict[str, list[float]]) -> None:
     """Console pages in turn until ``stop``: a person reloading (``pause_s`` apart, the pages' own
-    addresses), or without pause, each request at an address of its own (no page cache answers it)."""
+    addresses), or without pause, each request at an address of its own (no page cache answers it).
+    ``served`` gets each page's answer times (ms)."""
     import httpx
 
+    count = 0
     async with httpx.AsyncClient(timeout=600) as client:
         while not stop.is_set():
             for page in PAGES:
-                extra = "" if pause_s else f"&request={served[0]}"
+                extra = "" if pause_s else f"&request={count}"
+                started = time.perf_counter()
                 response = await client.get(f"{base}/console{page}?since=all{extra}")
+                elapsed = (time.perf_counter() - started) * 1000
                 if response.status_code != 200:
                     raise RuntimeError(f"/console{page} answered {response.status_code}")
-                served[0] += 1
+                served.setdefault(page or "/", []).append(elapsed)
+                count += 1
                 if pause_s:
                     await asyncio.sleep(pause_s)
 
 
 async def _condition(
     client: Any, base: str, pause_s: float | None, first: int, count: int
-) -> tuple[list[float], int]:
+) -> tuple[list[float], dict[str, list[float]]]:
     """One block of lookups: alone (``pause_s`` None) or while a browser loads console pages.
 
     The browser is a process of its own, as a real one is: receiving and parsing the pages in this
     process would put the client's work on the loop that serves the lookups.
     """
     if pause_s is None:
-        return await _lookup_batch(client, first, count), 0
+        return await _lookup_batch(client, first, count), {}
     browser = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.console_bench", "--browse", base, "--pause", str(pause_s),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
@@ -248,16 +257,16 @@ async def _condition(
         served, _ = await browser.communicate()
     if browser.returncode:
         raise RuntimeError(f"the console browser exited with {browser.returncode}")
-    return samples, int(served.decode() or 0)
+    return samples, json.loads(served.decode() or "{}")
 
 
 def browse_main(base: str, pause_s: float) -> int:
-    """The browser process: pages until its stdin closes, then prints how many it loaded."""
+    """The browser process: pages until its stdin closes, then prints each page's answer times."""
     import threading
 
-    async def run() -> int:
+    async def run() -> dict[str, list[float]]:
         loop = asyncio.get_running_loop()
-        stop, served = asyncio.Event(), [0]
+        stop, served = asyncio.Event(), dict[str, list[float]]()
 
         def wait_for_eof() -> None:
             sys.stdin.read()
@@ -265,9 +274,9 @@ def browse_main(base: str, pause_s: float) -> int:
 
         threading.Thread(target=wait_for_eof, daemon=True).start()
         await _browse(base, pause_s, stop, served)
-        return served[0]
+        return served
 
-    print(asyncio.run(run()))
+    print(json.dumps(asyncio.run(run())))
     return 0
 
 
@@ -278,7 +287,7 @@ async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     samples: dict[str, list[float]] = {name: [] for name in CONDITIONS}
-    served = dict.fromkeys(CONDITIONS, 0)
+    served: dict[str, dict[str, list[float]]] = {name: {} for name in CONDITIONS}
     async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
         await _lookup_batch(client, 90_000, 3)  # the session's first calls are not timed
         first = 0
@@ -286,7 +295,8 @@ async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
             for name, pause_s in CONDITIONS.items():
                 got, pages = await _condition(client, base, pause_s, first, per_round)
                 samples[name] += got
-                served[name] += pages
+                for page, times in pages.items():
+                    served[name].setdefault(page, []).extend(times)
                 first += per_round
     summaries = {name: _summary(values) for name, values in samples.items()}
     alone = summaries["alone"]
@@ -297,7 +307,13 @@ async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
     }
     return {
         "lookups_ms": summaries,
-        "console_pages_served": served,
+        "console_pages_served": {name: sum(len(t) for t in pages.values()) for name, pages in served.items()},
+        # Each page's answer times while the lookups ran (the browser's view).
+        "console_pages_under_load_ms": {
+            name: {page: _summary(times) for page, times in pages.items()}
+            for name, pages in served.items()
+            if pages
+        },
         "ratio_to_alone": ratios,
         "acceptance": f"lookup p95 with the console loaded within {ACCEPT_P95_RATIO}x of lookups alone",
         "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for r in ratios.values()),
@@ -331,13 +347,39 @@ async def _serve_and_measure(
         while not server.started:
             await asyncio.sleep(0.05)
         await _lookup_now(base)  # the model and the store are warm before anything is timed
+        cpu = time.process_time()
         pages = await _pages(base, per_page)
+        # This process's CPU while the pages were timed (the pages' client runs here too).
+        processes = {"serving_process": _process_stats("self") | {"pages_cpu_s": time.process_time() - cpu}}
         compared = await _compare(base, rounds, per_round)
+        processes |= {f"page_process_{child.pid}": _process_stats(str(child.pid)) for child in _children()}
     finally:
         server.should_exit = True
         await serving
         sock.close()
-    return {"pages_ms": pages, **compared}
+    return {"pages_ms": pages, **compared, "processes": processes}
+
+
+def _children() -> list[Any]:
+    import multiprocessing
+
+    return list(multiprocessing.active_children())  # the console's page process (spawned)
+
+
+def _process_stats(pid: str) -> dict[str, float]:
+    """A process's resident memory now and at its peak (MB) and its CPU time so far (s), from /proc."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = round(
+                    int(line.split()[1]) / 1024, 1
+                )
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    except OSError:  # not Linux: no figures
+        pass
+    return out
 
 
 async def _lookup_now(base: str) -> None:

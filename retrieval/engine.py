@@ -11,7 +11,7 @@ evidence only; ranking and grading are pure functions in ``retrieval.ranking`` a
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,7 +21,8 @@ import numpy as np
 
 from retrieval.background import Background
 from retrieval.embedders import QueryEncoding
-from retrieval.models import DomainInfo, KnowledgeMap
+from retrieval.knowledge_map import knowledge_map_of
+from retrieval.models import KnowledgeMap
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
 from storage.catalog import Catalog
@@ -273,11 +274,7 @@ class KnowledgeEngine:
     def knowledge_map(self, view: KnowledgeView | None = None) -> KnowledgeMap:
         """Every domain with what it covers and when to retrieve from it."""
         view = self.view() if view is None else view
-        by_domain: dict[str, list[CatalogEntry]] = defaultdict(list)
-        for entry in view.entries.values():
-            by_domain[entry.domain].append(entry)
-        domains = [_domain_info(name, entries) for name, entries in sorted(by_domain.items())]
-        return KnowledgeMap(domains=domains, document_count=len(view.entries))
+        return knowledge_map_of(view.entries.values())
 
 
 def interleave(*orders: Sequence[str], limit: int) -> list[str]:
@@ -338,23 +335,3 @@ def _visible_dense(view: KnowledgeView, hits: Sequence[ChunkHit], query_language
         cross = language in ("zh", "en") and language != query_language
         out.append(DenseHit(hit.chunk_id, known[0], hit.score, cross))
     return out
-
-
-def _domain_info(name: str, entries: Sequence[CatalogEntry]) -> DomainInfo:
-    titles = [e.title for e in entries]
-    keywords = [k for e in entries for k in e.keywords]
-    covers = list(dict.fromkeys([*titles, *keywords]))
-    description = next((e.domain_description for e in entries if e.domain_description), "")
-    if not description:
-        # No front matter says what the domain is: aggregate from the titles.
-        description = f"{len(entries)} documents about: " + "; ".join(titles[:8])
-    when = next((e.when_to_retrieve for e in entries if e.when_to_retrieve), "")
-    if not when:
-        when = f"When the question concerns {name}: " + ", ".join(titles[:5])
-    return DomainInfo(
-        domain_id=name,
-        description=description,
-        covers=covers[:40],
-        document_count=len(entries),
-        when_to_retrieve=when,
-    )

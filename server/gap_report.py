@@ -1,9 +1,11 @@
 """The knowledge-gap report: what the knowledge base could not answer, and how its documents are used.
 
 ``gaps`` prints it and the console's gaps and documents pages show it. The log is read through
-read-only aiosqlite connections; the questions are embedded with the server's own embedder (in
-small batches on its thread, so lookups served by the same process interleave) and grouped by
-retrieval.gaps; each group's centre is searched in the store for the nearest document.
+read-only aiosqlite connections; the questions are embedded (in small batches on a thread) and
+grouped by retrieval.gaps; each group's centre is searched in the store for the nearest document.
+What the report reads besides the log comes through ``ReportSources``: the retrieval stack
+(``RuntimeSources``: the ``gaps`` command, a console without its page process), or the console's
+page process, which loads an embedder of its own and asks the serving process for the searches.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -27,12 +30,17 @@ from retrieval.gaps import (
     texts_to_embed,
 )
 from retrieval.models import Tier
-from server.container import Runtime
 from storage.log_reads import LookupRow, ReadRow, answered_lookups, document_reads, log_position, read_only
 from storage.usage_queries import DocumentUsage, document_usage
 
-# Questions embedded per hop to the embedder's thread: a lookup waits behind at most one batch.
+if TYPE_CHECKING:
+    from server.container import Runtime
+
+# Questions embedded per hop to the embedder's thread: a lookup served by the same embedder waits
+# behind at most one batch.
 EMBED_BATCH = 8
+# Hits searched per group centre: the first that is a document of the catalog is the nearest.
+NEAREST_HITS = 10
 TOP_DOCUMENTS = 10
 # A report over a growing log is rebuilt at most this often (seconds).
 REFRESH_S = 60.0
@@ -109,6 +117,46 @@ def _best_tier(group: GapGroup) -> str:
     return max(levels, key=lambda level: _TIER_ORDER.index(Tier(level))) if levels else Tier.NO_MATCH.value
 
 
+Hits = list[tuple[str, float]]  # (doc_key, score), best first
+
+
+class ReportSources(Protocol):
+    """What a report reads besides the log: titles, question vectors, store searches."""
+
+    def titles(self) -> dict[str, tuple[str, str]]:
+        """Every catalog document's (title, domain), by doc_key (blocking)."""
+        ...
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' query vectors (blocking)."""
+        ...
+
+    async def search(self, centroids: Sequence[np.ndarray]) -> list[Hits]:
+        """Each centroid's nearest chunks in the store, NEAREST_HITS of them."""
+        ...
+
+
+class RuntimeSources:
+    """The report's sources in a process that holds the retrieval stack."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def titles(self) -> dict[str, tuple[str, str]]:
+        view = self.runtime.engine.view()
+        return {key: (entry.title, entry.domain) for key, entry in view.entries.items()}
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.runtime.embedder.embed_queries(list(texts))
+
+    async def search(self, centroids: Sequence[np.ndarray]) -> list[Hits]:
+        return [await asyncio.to_thread(self.search_one, centroid) for centroid in centroids]
+
+    def search_one(self, centroid: np.ndarray) -> Hits:
+        hits = self.runtime.store.search(centroid, limit=NEAREST_HITS, domain=None)
+        return [(hit.doc_key, round(float(hit.score), 4)) for hit in hits]
+
+
 @dataclass(frozen=True)
 class _Built:
     position: int  # the log's last row id when the report was built
@@ -117,20 +165,22 @@ class _Built:
 
 
 class GapReporter:
-    """Builds reports over one runtime, keeping question vectors and the last report per window."""
+    """Builds reports over one set of sources, keeping question vectors and the last report per window."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        sources: ReportSources,
         log_path: Path,
         *,
         similarity: float = DEFAULT_SIMILARITY,
         refresh_s: float = REFRESH_S,
+        embed_batch: int = EMBED_BATCH,
     ) -> None:
-        self.runtime = runtime
+        self.sources = sources
         self.log_path = log_path
         self.similarity = similarity
         self.refresh_s = refresh_s
+        self.embed_batch = embed_batch
         self._vectors: dict[str, np.ndarray] = {}
         self._cache: dict[tuple[str, bool], _Built] = {}
         self._building: dict[tuple[str, bool], asyncio.Task[_Built]] = {}
@@ -195,8 +245,7 @@ class GapReporter:
                 lookups = await answered_lookups(conn, since)
                 reads = await document_reads(conn, since)
                 usage = await document_usage(conn, since)
-        view = await asyncio.to_thread(self.runtime.engine.view)
-        titles = {key: (entry.title, entry.domain) for key, entry in view.entries.items()}
+        titles = await asyncio.to_thread(self.sources.titles)
         if log_queries:
             await self._embed(texts_to_embed(lookups, reads))
         # Pure Python over every lookup of the window: on a thread, so the event loop keeps serving.
@@ -209,7 +258,11 @@ class GapReporter:
             else []
         )
         hidden = [q for q in questions if q.row.hashed or not log_queries]
-        outs = [await self._group_out(rank, group, titles) for rank, group in enumerate(groups, start=1)]
+        searched = await self.sources.search([group.centroid for group in groups]) if groups else []
+        outs = [
+            _group_out(rank, group, _nearest(hits, titles), titles)
+            for rank, (group, hits) in enumerate(zip(groups, searched, strict=True), start=1)
+        ]
         return GapReport(
             since=iso(since),
             generated_at=iso(time.time()) or "",
@@ -225,52 +278,49 @@ class GapReporter:
 
     async def _embed(self, texts: Sequence[str]) -> None:
         missing = [text for text in texts if text not in self._vectors]
-        embedder = self.runtime.embedder
-        for start in range(0, len(missing), EMBED_BATCH):
-            batch = missing[start : start + EMBED_BATCH]
-            vectors = await asyncio.to_thread(embedder.embed_queries, batch)
-            for text, vector in zip(batch, vectors, strict=True):
-                vector = np.asarray(vector, dtype=np.float32)
+        for start in range(0, len(missing), self.embed_batch):
+            batch = missing[start : start + self.embed_batch]
+            vectors = await asyncio.to_thread(self.sources.embed_queries, batch)
+            for text, row in zip(batch, vectors, strict=True):
+                vector = np.asarray(row, dtype=np.float32)
                 self._vectors[text] = vector / max(float(np.linalg.norm(vector)), 1e-12)
 
-    async def _nearest(
-        self, centroid: np.ndarray, titles: Mapping[str, tuple[str, str]]
-    ) -> tuple[str, float] | None:
-        hits = await asyncio.to_thread(self.runtime.store.search, centroid, limit=10, domain=None)
-        for hit in hits:
-            if hit.doc_key in titles:  # a chunk of a document deleted since is not "existing"
-                return hit.doc_key, round(float(hit.score), 4)
-        return None
 
-    async def _group_out(
-        self, rank: int, group: GapGroup, titles: Mapping[str, tuple[str, str]]
-    ) -> GapGroupOut:
-        nearest = await self._nearest(group.centroid, titles)
-        title, domain = titles[nearest[0]] if nearest else (None, None)
-        return GapGroupOut(
-            rank=rank,
-            size=len(group.questions),
-            sessions=group.sessions,
-            examples=group.examples(),
-            first_seen=iso(group.first_seen) or "",
-            last_seen=iso(group.last_seen) or "",
-            reasons=group.reasons(),
-            best_tier=_best_tier(group),
-            nearest_document=nearest[0] if nearest else None,
-            nearest_title=title,
-            nearest_domain=domain,
-            nearest_similarity=nearest[1] if nearest else None,
-            questions=[
-                GapQuestionOut(
-                    question=q.row.query or "",
-                    session=q.row.session_key,
-                    asked_at=iso(q.row.ts) or "",
-                    tier=q.row.relevance_level or "",
-                    reason=q.reason,
-                )
-                for q in group.questions
-            ],
-        )
+def _nearest(hits: Hits, titles: Mapping[str, tuple[str, str]]) -> tuple[str, float] | None:
+    for doc_key, score in hits:
+        if doc_key in titles:  # a chunk of a document deleted since is not "existing"
+            return doc_key, score
+    return None
+
+
+def _group_out(
+    rank: int, group: GapGroup, nearest: tuple[str, float] | None, titles: Mapping[str, tuple[str, str]]
+) -> GapGroupOut:
+    title, domain = titles[nearest[0]] if nearest else (None, None)
+    return GapGroupOut(
+        rank=rank,
+        size=len(group.questions),
+        sessions=group.sessions,
+        examples=group.examples(),
+        first_seen=iso(group.first_seen) or "",
+        last_seen=iso(group.last_seen) or "",
+        reasons=group.reasons(),
+        best_tier=_best_tier(group),
+        nearest_document=nearest[0] if nearest else None,
+        nearest_title=title,
+        nearest_domain=domain,
+        nearest_similarity=nearest[1] if nearest else None,
+        questions=[
+            GapQuestionOut(
+                question=q.row.query or "",
+                session=q.row.session_key,
+                asked_at=iso(q.row.ts) or "",
+                tier=q.row.relevance_level or "",
+                reason=q.reason,
+            )
+            for q in group.questions
+        ],
+    )
 
 
 def documents_report(

@@ -15,7 +15,7 @@ from server.cli.commands import open_checked
 from server.cli.errors import CommandError
 from server.cli.stats import StatsArgumentError, parse_since
 from server.config.settings import Settings
-from server.gap_report import GapReport, GapReporter
+from server.gap_report import GapReport, GapReporter, RuntimeSources
 from storage.schema import SchemaVersionError
 
 
@@ -56,7 +56,7 @@ async def build_report(settings: Settings, since: float | None) -> GapReport:
     """Open the stack, build one report, close the stack."""
     runtime = await asyncio.to_thread(open_checked, settings)
     try:
-        reporter = GapReporter(runtime, settings.log_path)
+        reporter = GapReporter(RuntimeSources(runtime), settings.log_path)
         return await reporter.report(since, log_queries=settings.log.log_queries)
     finally:
         runtime.close()

@@ -4,6 +4,11 @@ Mounted by ``serve`` beside ``/mcp`` (behind the same bearer-token and Host/Orig
 served alone by ``lookup-knowledge-mcp console``. Only GET and HEAD are answered; every page
 carries a Content-Security-Policy that allows no script and no fetch, so even markup that got
 past the escaping could not run or call out.
+
+While the console's page process runs (``server.console.builder``), every page is built there
+and this process only forwards the request and sends the bytes; and at most PAGES_IN_FLIGHT
+pages are built at once, PAGES_WAITING more wait, and any further request is answered at once
+with 503 and Retry-After (``ConsoleBusy``), so a burst of page loads queues no work here.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from server.cli.stats import StatsArgumentError, parse_since
 from server.config.settings import Settings
 from server.console import pages
-from server.console.builder import LogPages, PageProcess, PageProcessStopped
+from server.console._worker import ReportSpec
+from server.console.builder import PageProcess, PageProcessStopped
+from server.console.log_pages import LogPages
+from server.console.report_pages import ReportPages, ReportPending
 from server.container import Runtime
-from server.gap_report import GapReport, GapReporter
+from server.gap_report import GapReporter, RuntimeSources
 from storage.schema import SchemaVersionError
 
 logger = logging.getLogger(__name__)
@@ -39,6 +47,11 @@ DEFAULT_WINDOW = "7d"
 # request (the figures are then at most this old).
 PAGE_TTL_S = 2.0
 PAGES_KEPT = 64
+# One page built at a time (the one worker builds one at a time); a few more wait for it (a
+# person with several tabs); beyond that a request is refused at once, with Retry-After.
+PAGES_IN_FLIGHT = 1
+PAGES_WAITING = 3
+RETRY_AFTER_S = 2
 HEADERS = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
     "frame-ancestors 'none'; form-action 'none'; base-uri 'none'",
@@ -53,8 +66,8 @@ class ConsoleUnavailable(RuntimeError):
     """The retrieval stack could not be opened; pages that need it say so."""
 
 
-class ReportPending(Exception):
-    """The window's first gap report is being built; the page asks the browser to come back."""
+class ConsoleBusy(Exception):
+    """PAGES_IN_FLIGHT pages are being built and PAGES_WAITING more wait: come back later."""
 
 
 class Console:
@@ -66,11 +79,14 @@ class Console:
         self.log_path = log_path
         self._settings = settings
         self._runtime = runtime
-        self._reporter: GapReporter | None = None
         self.pages = PageProcess()
+        # Used only without the page process (a test's client without a lifespan).
         self._log_pages = LogPages(log_path)
+        self._report_pages: ReportPages | None = None
         self._pages: dict[tuple[str, str, bool], tuple[float, str]] = {}
-        self._renders: dict[tuple[str, ...], tuple[GapReport, object, str]] = {}
+        self._admitted = 0  # page builds in flight or waiting
+        self._building = asyncio.Semaphore(PAGES_IN_FLIGHT)
+        self.built_here = 0  # pages this process built itself (the tests read it)
 
     def cached_page(self, path: str, query: str) -> str | None:
         """A page rendered less than PAGE_TTL_S ago for the same address (and query-text setting)."""
@@ -82,22 +98,17 @@ class Console:
             self._pages.clear()
         self._pages[(path, query, self.show_queries)] = (time.monotonic(), body)
 
-    def rendered(
-        self, key: tuple[str, ...], report: GapReport, extra: object, render: Callable[[], str]
-    ) -> str:
-        """A report page, rendered once per report (and ``extra``, compared by value) and variant ``key``.
-
-        The gaps, documents and map pages change only when their report is rebuilt (at most once a
-        minute): every other request of such a page costs a dictionary lookup, not a render.
-        """
-        hit = self._renders.get(key)
-        if hit is not None and hit[0] is report and hit[1] == extra:
-            return hit[2]
-        body = render()
-        if len(self._renders) >= PAGES_KEPT:
-            self._renders.clear()
-        self._renders[key] = (report, extra, body)
-        return body
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """A turn to build a page: waits behind the one in flight, or ConsoleBusy when too many wait."""
+        if self._admitted >= PAGES_IN_FLIGHT + PAGES_WAITING:
+            raise ConsoleBusy
+        self._admitted += 1
+        try:
+            async with self._building:
+                yield
+        finally:
+            self._admitted -= 1
 
     @property
     def show_queries(self) -> bool:
@@ -108,25 +119,44 @@ class Console:
         """The retrieval stack, once warm (the first page may wait for the model to load)."""
         return await self._runtime()
 
-    async def report(self, window: str, since: float | None) -> GapReport:
-        """The window's gap report; ReportPending while its first build runs (it embeds questions)."""
-        if self._reporter is None:
-            self._reporter = GapReporter(await self.runtime(), self.log_path)
-        report = await self._reporter.latest(since, log_queries=self.show_queries, window=window)
-        if report is None:
-            raise ReportPending(window)
-        return report
-
     async def log_page(self, page: str, *args: Any) -> str:
-        """The overview or sessions page (``LogPages.<page>``): by the page process while it runs.
+        """The overview or sessions page (``LogPages.page``): by the page process while it runs.
 
         The process runs between the lifespan's start and stop (``running``); a console without
         one (a test's client that enters no lifespan) builds the page on its own event loop.
         """
         if self.pages.running:
             return await self.pages.build(self.log_path, page, *args)
-        build: Callable[..., Awaitable[str]] = getattr(self._log_pages, page)
-        return await build(*args)
+        self.built_here += 1
+        return await self._log_pages.page(page, *args)
+
+    async def report_page(self, page: str, label: str, since: float | None, *args: str) -> str:
+        """The gaps, documents or map page (``ReportPages.page``): by the page process while it runs.
+
+        ReportPending while the window's first report is built (it embeds the logged questions).
+        """
+        runtime = await self.runtime()  # the stack is warm: its catalog exists, its store answers
+        shown = self.show_queries
+        if self.pages.running:
+            spec = ReportSpec(
+                self.log_path,
+                runtime.catalog.path,
+                runtime.settings.embedder,
+                runtime.embedder.name,
+                runtime.embedder.dim,
+            )
+            search = RuntimeSources(runtime).search_one
+            body = await self.pages.report_page(spec, page, search, label, since, shown, *args)
+            if body is None:
+                raise ReportPending(label)
+            return body
+        if self._report_pages is None:
+            reporter = GapReporter(RuntimeSources(runtime), self.log_path)
+            self._report_pages = ReportPages(
+                reporter, lambda: asyncio.to_thread(runtime.engine.knowledge_map)
+            )
+        self.built_here += 1
+        return await self._report_pages.page(page, label, since, shown, *args)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -135,6 +165,7 @@ class Console:
         try:
             yield
         finally:
+            await self.pages.settle()
             # Waits for a page in progress: on a thread, so the loop finishes its other work.
             await asyncio.to_thread(self.pages.close)
 
@@ -168,8 +199,12 @@ def _page(
         if cached is not None:
             return _html(cached)
         try:
-            body = await build(console, request, label, since)
+            async with console.slot():
+                # A request that waited may find the page built meanwhile by the one ahead of it.
+                body = console.cached_page(path, query) or await build(console, request, label, since)
             console.keep_page(path, query, body)
+        except ConsoleBusy:
+            return _busy(label)
         except ReportPending:
             return _html(pages.pending_page(request.url.path, label), 200)
         except Exception as exc:  # the top of a page: every failure is a page that says so
@@ -178,6 +213,13 @@ def _page(
         return _html(body)
 
     return handler
+
+
+def _busy(label: str) -> HTMLResponse:
+    """Too many pages asked for at once: this one is refused now and the browser retries."""
+    response = _html(pages.busy_page(label, RETRY_AFTER_S), 503)
+    response.headers["retry-after"] = str(RETRY_AFTER_S)
+    return response
 
 
 def _failure(path: str, exc: Exception, label: str) -> HTMLResponse:
@@ -203,25 +245,13 @@ async def _overview(console: Console, _: Request, label: str, since: float | Non
 
 
 async def _gaps(console: Console, _: Request, label: str, since: float | None) -> str:
-    report = await console.report(label, since)
-    shown = console.show_queries
-
-    def render() -> str:
-        return pages.gaps_page(report if shown else report.model_copy(update={"groups": []}), label)
-
-    return console.rendered(("gaps", label, str(shown)), report, None, render)
+    return await console.report_page("gaps", label, since)
 
 
 async def _documents(console: Console, request: Request, label: str, since: float | None) -> str:
-    sort = request.query_params.get("sort", "delivered")
-    descending = request.query_params.get("order", "desc") != "asc"
-    report = await console.report(label, since)
-    return console.rendered(
-        ("documents", label, sort, str(descending)),
-        report,
-        None,
-        lambda: pages.documents_page(report, label, sort, descending),
-    )
+    sort = request.query_params.get("sort", "delivered")[:40]
+    order = "asc" if request.query_params.get("order", "desc") == "asc" else "desc"
+    return await console.report_page("documents", label, since, sort, order)
 
 
 async def _sessions(console: Console, _: Request, label: str, since: float | None) -> str:
@@ -229,15 +259,7 @@ async def _sessions(console: Console, _: Request, label: str, since: float | Non
 
 
 async def _map(console: Console, _: Request, label: str, since: float | None) -> str:
-    runtime = await console.runtime()
-    report = await console.report(label, since)
-    delivered: dict[str, int] = {}
-    for doc in report.documents.all:
-        delivered[doc.domain or ""] = delivered.get(doc.domain or "", 0) + doc.delivered
-    knowledge_map = await asyncio.to_thread(runtime.engine.knowledge_map)
-    return console.rendered(
-        ("map", label), report, knowledge_map, lambda: pages.map_page(knowledge_map, delivered, label)
-    )
+    return await console.report_page("map", label, since)
 
 
 def console_app(console: Console) -> Starlette:

@@ -1,17 +1,15 @@
-"""The console's log pages (overview, sessions), built in a process of their own.
+"""The console's page process, as the serving process sees it: ``PageProcess``.
 
-Those two pages change with every row the server logs, so no cache can spare their work: the
-log's running totals are brought up to date, a window is summarised, 50 sessions' calls are read
-and the HTML and SVG are rendered. Done in the serving process, that work held its event loop and
-its interpreter lock while lookups waited (lookup p95 80 -> 139 ms while pages loaded without
-pause, docs/observability.md). ``PageProcess`` runs it in one spawned worker process instead,
-started and stopped by the lifespan of the app that serves the console, at the idle CPU priority
-(``SCHED_IDLE``; where that is refused, nice 19): it runs only on a core no lookup wants, so a
-page waits for the lookups, never the other way round.
-
-``LogPages`` is the work itself: the worker keeps one per log file (its running totals persist
-between pages), and a console whose process is not running (a test's client without a lifespan)
-keeps its own and builds on its event loop.
+Every console page and the gap report behind the gaps, documents and map pages are built in one
+spawned worker process (``server.console._worker``), started and stopped by the lifespan of the
+app that serves the console, at the idle CPU priority (``SCHED_IDLE``; where that is refused,
+nice 19): it runs only on a core no lookup wants, so a page waits for the lookups, never the
+other way round. Built in the serving process, the pages held its event loop and its interpreter
+lock while lookups waited (docs/observability.md), and the gap report's first build (embedding
+every logged question: tens of seconds of CPU over a large log) competed with them outright.
+The serving process forwards a page's arguments and sends back the bytes; its one other piece
+of work is the store searches of a report build (each group's nearest document), which the
+worker cannot run because the serving process holds the store.
 
 The worker is spawned, not forked (a fork would copy the serving process's threads, locks and
 Milvus Lite state mid-use), so it imports this package afresh; like any spawned worker it also
@@ -24,105 +22,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from server.console import pages
-from storage import usage_queries
-from storage.log_digest import LogDigest, Overview
-from storage.log_reads import log_position, read_only
+import numpy as np
+
+from server.console import _worker
+from server.console._worker import Answer, Asked, ReportSpec
+from server.gap_report import Hits
 
 logger = logging.getLogger(__name__)
 
-SESSIONS_SHOWN = 100
-SESSION_DETAILS = 50
-# The worker's priority where SCHED_IDLE is refused. At nice 5 the worker still took a core
-# from the lookups' thread team while pages loaded back to back (lookup p95 1.45x); at the idle
-# priority the kernel runs it only when a core is free. The console's pages, at 10-70 ms of
-# work each, still answer inside their 300 ms target on a server that is not saturated.
-FALLBACK_NICENESS = 19
+Search = Callable[[np.ndarray], Hits]  # one centre's hits in the store (blocking)
+# Between two of a report build's store searches in the serving process (one per gap group):
+# the searches share this process's interpreter with the lookups, so they are spread out.
+SEARCH_PAUSE_S = 0.02
 
 
 class PageProcessStopped(RuntimeError):
     """The worker process died (killed, out of memory); the next page starts a new one."""
 
 
-class LogPages:
-    """The overview and sessions pages of one log file, over running totals kept between pages."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-        self._digest = LogDigest()
-
-    async def digest(self) -> LogDigest:
-        """The log's running totals, with the rows written since the last page folded in."""
-        async with read_only(self.log_path) as conn:
-            if await log_position(conn) < self._digest.last_id:  # the log was recreated
-                self._digest = LogDigest()
-            await self._digest.refresh(conn)
-        return self._digest
-
-    async def overview(self, label: str, since: float | None) -> str:
-        if not self.log_path.exists():
-            return pages.overview_page(Overview(bucket_seconds=3600), label)
-        return pages.overview_page((await self.digest()).overview(since), label)
-
-    async def sessions(self, label: str, since: float | None, show_queries: bool) -> str:
-        if not self.log_path.exists():
-            return pages.sessions_page([], {}, label, show_queries)
-        rows = (await self.digest()).active_sessions(since, SESSIONS_SHOWN)
-        async with read_only(self.log_path) as conn:
-            calls = await usage_queries.session_calls(conn, [s.session_key for s in rows[:SESSION_DETAILS]])
-        return pages.sessions_page(rows, calls, label, show_queries)
-
-
-# -- in the worker process ------------------------------------------------------------
-_loop: asyncio.AbstractEventLoop | None = None
-_logs: dict[Path, LogPages] = {}
-
-
-def _start_worker(idle: bool) -> None:
-    global _loop
-    if idle:
-        _lower_priority()
-    # One loop for the worker's life: the aiosqlite reads and the digest's lock live on it.
-    _loop = asyncio.new_event_loop()
-
-
-def _build(log_path: Path, page: str, args: tuple[Any, ...]) -> str:
-    if _loop is None:  # pragma: no cover - the pool's initializer always runs first
-        raise RuntimeError("the console's page process was not started")
-    log = _logs.setdefault(log_path, LogPages(log_path))
-    build: Callable[..., Awaitable[str]] = getattr(log, page)
-    return _loop.run_until_complete(build(*args))
-
-
-def _lower_priority() -> None:
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or refused: the lowest nice value instead
-        os.nice(FALLBACK_NICENESS)
-
-
-def _pid() -> int:
-    return os.getpid()
-
-
-# -- in the serving process -----------------------------------------------------------
 class PageProcess:
-    """One worker process that builds log pages, one page at a time; ``start`` and ``close`` it."""
+    """One worker process that builds the console's pages, one at a time; ``start`` and ``close`` it."""
 
     def __init__(self, *, idle: bool = True) -> None:
         self.idle = idle
         self._pool: ProcessPoolExecutor | None = None
         self._wanted = False  # between start() and close(): a worker that died is replaced
-        # One build at a time: a burst of console requests queues here, and the worker never
-        # runs more than one page beside the lookups.
+        # One call at a time: the worker never builds more than one page beside the lookups.
         self._one = asyncio.Semaphore(1)
+        self._searching: set[asyncio.Task[None]] = set()
 
     @property
     def running(self) -> bool:
@@ -135,10 +68,10 @@ class PageProcess:
         self._pool = ProcessPoolExecutor(
             max_workers=1,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_worker,
+            initializer=_worker.start,
             initargs=(self.idle,),
         )
-        self._pool.submit(_pid)
+        self._pool.submit(_worker.stats)
 
     def close(self) -> None:
         """Stop the worker (waiting for a page in progress) and forget it."""
@@ -147,13 +80,58 @@ class PageProcess:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    async def settle(self) -> None:
+        """Cancel the store searches still running for the worker (before ``close``)."""
+        tasks = list(self._searching)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def pid(self) -> int:
         """The worker's process id (it is started if it is not running)."""
-        return int(await self._submit(_pid))
+        return int((await self.stats())["pid"])
+
+    async def stats(self) -> dict[str, Any]:
+        """The worker's id, memory (kB), CPU time and pages built, by name."""
+        return dict(await self._submit(_worker.stats))
 
     async def build(self, log_path: Path, page: str, *args: Any) -> str:
-        """The page ``page`` (a ``LogPages`` method) of the log at ``log_path``, built by the worker."""
-        return str(await self._submit(_build, log_path, page, args))
+        """The overview or sessions page (``LogPages.page``) of the log at ``log_path``."""
+        return str(await self._submit(_worker.log_page, log_path, page, args))
+
+    async def report_page(self, spec: ReportSpec, page: str, search: Search, *args: Any) -> str | None:
+        """A report page (``ReportPages.page``), None while its report is pending.
+
+        The store searches the worker asks for with the page are run here in the background,
+        paced (SEARCH_PAUSE_S apart), and their hits sent back: the page does not wait for them.
+        """
+        body, asked = await self._submit(_worker.report_page, spec, page, args)
+        if asked:
+            task = asyncio.create_task(self._answer(asked, search))
+            self._searching.add(task)
+            task.add_done_callback(self._searching.discard)
+        return None if body is None else str(body)
+
+    async def _answer(self, asked: Sequence[Asked], search: Search) -> None:
+        answers: list[Answer] = [(ask, await self._searched(centres, search)) for ask, centres in asked]
+        try:
+            await self._submit(_worker.answer, answers)
+        except PageProcessStopped:  # the worker died or the server stops: its builds went with it
+            logger.info("the gap report's searches were not delivered: the page process stopped")
+
+    @staticmethod
+    async def _searched(centres: Sequence[list[float]], search: Search) -> list[Hits] | None:
+        """Each centre's hits, or None when the store failed (that build fails, the next retries)."""
+        hits: list[Hits] = []
+        for centre in centres:
+            try:
+                hits.append(await asyncio.to_thread(search, np.asarray(centre, dtype=np.float32)))
+            except Exception:  # the top of a background task: the failure is logged, not raised
+                logger.exception("the store search for the gap report failed")
+                return None
+            # One search at a time, then a pause: a lookup waits behind at most one search.
+            await asyncio.sleep(SEARCH_PAUSE_S)
+        return hits
 
     async def _submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         async with self._one:

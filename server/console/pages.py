@@ -356,5 +356,15 @@ def pending_page(path: str, since: str) -> str:
     return html.replace("<head>", '<head><meta http-equiv="refresh" content="3">', 1)
 
 
+def busy_page(since: str, retry_s: int) -> str:
+    """Shown when too many pages are asked for at once: reloads itself after ``retry_s`` seconds."""
+    body = (
+        '<p class="note" id="busy">The console is building other pages; this page reloads in a '
+        "few seconds.</p>"
+    )
+    html = layout("Busy", "", since, body)
+    return html.replace("<head>", f'<head><meta http-equiv="refresh" content="{int(retry_s)}">', 1)
+
+
 def message_page(title: str, text: str, since: str) -> str:
     return layout(title, "", since, f'<p class="note">{e(text)}</p>')
