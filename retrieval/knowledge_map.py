@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from retrieval.models import DomainInfo, KnowledgeMap
-from storage.catalog import CatalogEntry
+from storage.catalog_records import CatalogEntry
 
 
 def knowledge_map_of(entries: Iterable[CatalogEntry]) -> KnowledgeMap:

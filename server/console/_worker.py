@@ -36,7 +36,8 @@ from server.config.sections import EmbedderSettings
 from server.console.log_pages import LogPages
 from server.console.report_pages import ReportPages, ReportPending
 from server.gap_report import GapReporter, Hits
-from storage.catalog import Catalog, CatalogEntry
+from storage.catalog import Catalog
+from storage.catalog_records import CatalogEntry
 
 T = TypeVar("T")
 # Questions per call of the embedder: larger than the serving process's batches, as no lookup
