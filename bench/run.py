@@ -420,7 +420,7 @@ def _serving_benches(
         embedder,
         rows=10_000 if quick else 100_000,
         per_page=3 if quick else 10,
-        lookups=12 if quick else 120,
+        lookups=12 if quick else console_bench.LOOKUPS,
     )
     _write_json(results_dir / "console.json", results["console"])
 
