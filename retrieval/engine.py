@@ -41,8 +41,8 @@ DENSE_LIMIT = 48
 LEXICAL_LIMIT = 32
 # Terms in more than this share of chunks say little (and are most of the postings to score).
 _COMMON_TERM_SHARE = 0.25
-# Store searches of every engine in the process; its threads start as concurrent lookups need them.
-_SEARCH_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense-search")
+# Threads of an engine's own search pool (``search_pool``): one per concurrent fresh lookup, up to this.
+SEARCH_THREADS = 4
 
 
 class VectorSearch(Protocol):
@@ -132,7 +132,11 @@ class KnowledgeEngine:
         search_pool: Executor | None = None,
     ) -> None:
         self._catalog = catalog
-        self._search_pool = _SEARCH_POOL if search_pool is None else search_pool
+        # Owned by the engine unless given (``close`` shuts it); threads start as lookups need them.
+        self._owns_pool = search_pool is None
+        self._search_pool = search_pool or ThreadPoolExecutor(
+            SEARCH_THREADS, thread_name_prefix="dense-search"
+        )
         self._background = background
         self._store = store
         self._embedder = embedder
@@ -149,6 +153,11 @@ class KnowledgeEngine:
     @property
     def embedder_name(self) -> str:
         return self._embedder.name
+
+    def close(self) -> None:
+        """Stop the search pool's threads, if the engine made it (a search in flight finishes)."""
+        if self._owns_pool:
+            self._search_pool.shutdown(wait=False)
 
     def current_view(self) -> KnowledgeView | None:
         """The snapshot if it is still the catalog's state, else None: then ``view()`` must reload.

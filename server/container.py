@@ -62,6 +62,7 @@ class Runtime:
         )
 
     def close(self) -> None:
+        self.engine.close()
         self.catalog.close()
         self.store.close()
         if self.shared is not None:
