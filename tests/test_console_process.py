@@ -118,21 +118,9 @@ def test_a_page_build_that_raises_is_an_error_page_and_the_console_keeps_serving
 def test_the_served_console_page_process_starts_and_stops_with_the_server(
     make_resources: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server.protocol.app import create_server
-    from server.transport import http_app
+    from tests.test_console_worker import _served
 
-    made: list[Console] = []
-    served = http_app.served_console
-
-    def capture(resources: Any) -> Console:
-        made.append(served(resources))
-        return made[-1]
-
-    monkeypatch.setattr(http_app, "served_console", capture)
-    resources = make_resources()
-    app = http_app.build_http_app(
-        create_server(resources), resources, resources.settings, transport="streamable-http"
-    )
+    app, made = _served(make_resources, monkeypatch)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         pid = _pid(client, made[0])
         assert pid != os.getpid() and not _gone(pid)
