@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from retrieval.engine import Evidence, KnowledgeView
 from retrieval.models import Tier
-from retrieval.precise import at_most_reference, precise_doc
+from retrieval.precise import at_most_reference, precise_doc, unseen_names
 from retrieval.ranking import RankedDoc, features, rank
 from retrieval.relevance import TierModel, grade
 
@@ -55,11 +55,13 @@ def grade_evidence(evidence: Evidence, view: KnowledgeView, model: TierModel) ->
         if d.doc_key in view.entries
     ]
     feats = features(evidence, ranked)
-    precise = precise_doc(evidence, ranked, feats, model, view.entries)
+    # Read once: both the PRECISE rules and the HIGHLY_RELEVANT cap veto on it.
+    names = unseen_names(evidence)
+    precise = precise_doc(evidence, ranked, feats, model, view.entries, names)
     # Nothing ranked is NO_MATCH whatever the model says of all-zero features (a zero background
     # score reads as far from the background, which the on-topic model counts for the question).
     tier = grade(feats, model, precise=precise is not None) if ranked else Tier.NO_MATCH
-    tier = at_most_reference(tier, evidence)
+    tier = at_most_reference(tier, names)
     if precise is not None:
         ranked.sort(key=lambda d: d.doc_key != precise)
     codes: dict[str, list[str]] = {}

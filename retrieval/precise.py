@@ -55,10 +55,11 @@ def precise_doc(
     feats: Mapping[str, float],
     model: TierModel,
     entries: Mapping[str, CatalogEntry],
+    names: Sequence[str],
 ) -> str | None:
-    """The one document the query names, or None."""
+    """The one document the query names, or None; ``names`` is ``unseen_names(evidence)``."""
     visible = {d.doc_key for d in ranked}
-    unseen_name = bool(unseen_names(evidence))
+    unseen_name = bool(names)
     by_code: dict[str, set[str]] = {}
     for hit in evidence.l0:
         if hit.kind == "code" and hit.doc_key in visible:
@@ -123,13 +124,14 @@ def cjk_kinds(evidence: Evidence) -> list[str]:
     return list(found)
 
 
-def at_most_reference(tier: Tier, evidence: Evidence) -> Tier:
-    """HIGHLY_RELEVANT becomes REFERENCE when the query names something the knowledge base lacks.
+def at_most_reference(tier: Tier, names: Sequence[str]) -> Tier:
+    """HIGHLY_RELEVANT becomes REFERENCE when the query names something the knowledge base lacks
+    (``names``: ``unseen_names`` of its evidence).
 
     Held out over the nine evaluation sets this took 9 of 91 HIGHLY_RELEVANT results: 5 wrong
     (4 near-domain: "TG-60 on a new Vietnamese customer", "GS-8003") and 4 right, now REFERENCE.
     """
-    return Tier.REFERENCE if tier is Tier.HIGHLY_RELEVANT and unseen_names(evidence) else tier
+    return Tier.REFERENCE if tier is Tier.HIGHLY_RELEVANT and names else tier
 
 
 def _by_letter_codes(

@@ -53,7 +53,7 @@ def _precise(
         unseen=unseen,
     )
     ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
-    return precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries)
+    return precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries, unseen_names(evidence))
 
 
 def test_a_code_in_several_documents_is_precise_for_the_one_that_defines_it() -> None:
@@ -107,10 +107,10 @@ def test_a_question_naming_what_the_knowledge_base_lacks_is_at_most_reference() 
 
     vietnamese = evidence("TradeGuard gave me TG-60 on a new Vietnamese customer", ("tg_60", "vietnamese"))
     assert unseen_names(vietnamese) == ["tg_60", "vietnamese"]
-    assert at_most_reference(Tier.HIGHLY_RELEVANT, vietnamese) is Tier.REFERENCE
-    assert at_most_reference(Tier.PRECISE, vietnamese) is Tier.PRECISE
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, unseen_names(vietnamese)) is Tier.REFERENCE
+    assert at_most_reference(Tier.PRECISE, unseen_names(vietnamese)) is Tier.PRECISE
     plain = evidence("who gets pulled in and how quickly?", ("gets", "pulled", "quickly"))
-    assert at_most_reference(Tier.HIGHLY_RELEVANT, plain) is Tier.HIGHLY_RELEVANT
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, unseen_names(plain)) is Tier.HIGHLY_RELEVANT
 
 
 RATES = "| Code | Name |\n|---|---|\n| BAR | Best available rate |\n| NRF | Non-refundable |\n"
@@ -138,7 +138,7 @@ def test_an_acronym_no_document_defines_is_no_code() -> None:
     entries = _entries(remote="Connect to the VPN first.", travel="Use the VPN abroad.")
     evidence = Evidence("How do I reset the VPN?", (L0Hit("remote", "keyword", "VPN"),), (), (), (), ())
     ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
-    assert precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries) is None
+    assert precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries, unseen_names(evidence)) is None
 
 
 def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind() -> None:
@@ -149,7 +149,7 @@ def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind(
     assert _precise(hits, entries, carbon, unseen=unseen) is None
     evidence = Evidence(carbon, (L0Hit("backwash", "keyword", "滤池"),), (), (), (), (), unseen=unseen)
     assert unseen_names(evidence) == ["活性炭"]
-    assert at_most_reference(Tier.HIGHLY_RELEVANT, evidence) is Tier.REFERENCE
+    assert at_most_reference(Tier.HIGHLY_RELEVANT, unseen_names(evidence)) is Tier.REFERENCE
     # One unseen bigram at a word boundary, or one after a function character, is no name.
     assert _precise(hits, entries, "两格滤池反冲洗要隔多久", unseen=("格滤", "多久")) == "backwash"
     assert _precise(hits, entries, "池子里滤池多久冲洗", unseen=("子里", "里滤")) == "backwash"
