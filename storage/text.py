@@ -221,12 +221,17 @@ def identifiers(text: str) -> list[str]:
     return list(found)
 
 
+def _unquoted(text: str) -> str:
+    """A definition's lead without its emphasis or quotes (**NRF**, `BR-3`)."""
+    return text.strip().strip(_QUOTES).strip()
+
+
 def code_label(text: str) -> str | None:
     """``text`` as a code label (upper case), or None if it is a word, a number or prose.
 
     Short labels qualify (BR-3, PR-A, C5), so only a place that defines a label may call this.
     """
-    token = text.strip().strip(_QUOTES).strip()
+    token = _unquoted(text)
     if not _LABEL.fullmatch(token) or sum(c.isalnum() for c in token) < 2:
         return None
     return token if any(c.isdigit() for c in token) or "_" in token or "-" in token else None
@@ -250,7 +255,7 @@ def defined_codes(text: str) -> list[str]:
 
 def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
     """The letters-only label a definition's lead is, unless it heads a table or a topic."""
-    token = match.group(place).strip().strip(_QUOTES).strip()
+    token = _unquoted(match.group(place))
     if not _LETTER_LABEL.fullmatch(token):
         return None
     if place == "heading" and not _HEADING_MEANING.fullmatch(match.group("rest")):
