@@ -16,12 +16,10 @@ from storage.catalog_records import CatalogEntry
 def knowledge_map_of(entries: Iterable[CatalogEntry]) -> KnowledgeMap:
     """Every domain of ``entries`` with what it covers and when to retrieve from it."""
     by_domain: dict[str, list[CatalogEntry]] = defaultdict(list)
-    count = 0
     for entry in entries:
         by_domain[entry.domain].append(entry)
-        count += 1
     domains = [_domain_info(name, group) for name, group in sorted(by_domain.items())]
-    return KnowledgeMap(domains=domains, document_count=count)
+    return KnowledgeMap(domains=domains, document_count=sum(len(g) for g in by_domain.values()))
 
 
 def _domain_info(name: str, entries: Sequence[CatalogEntry]) -> DomainInfo:
