@@ -95,7 +95,7 @@ class InvocationLog:
         *,
         log_queries: bool,
         clock: Callable[[], float] = time.time,
-        busy_timeout_s: float = 0.1,
+        busy_timeout_s: float = log_retention.WRITE_BUSY_TIMEOUT_S,
         synchronous: Synchronous = "FULL",
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL"):
@@ -127,7 +127,7 @@ class InvocationLog:
         *,
         log_queries: bool,
         clock: Callable[[], float] = time.time,
-        busy_timeout_s: float = 0.1,
+        busy_timeout_s: float = log_retention.WRITE_BUSY_TIMEOUT_S,
         synchronous: Synchronous = "FULL",
     ) -> InvocationLog:
         """Apply pending migrations and open the log (raises SchemaVersionError for a newer file)."""

@@ -26,6 +26,11 @@ CHECKPOINT_WAL_BYTES = 1024 * 1024
 CHECKPOINT_INTERVAL_S = 30.0
 # What the WAL file is truncated to once a checkpoint has reset it (SQLite's journal_size_limit).
 JOURNAL_SIZE_LIMIT_BYTES = 4 * 1024 * 1024
+# How long a row's write waits for the lock before the row is given up (storage.invocation_log).
+WRITE_BUSY_TIMEOUT_S = 0.1
+# How long a checkpoint waits for the lock and for readers: well under the writers' wait, as a
+# checkpoint holds the lock while it waits.
+CHECKPOINT_BUSY_TIMEOUT_S = WRITE_BUSY_TIMEOUT_S / 5
 # Rows deleted per transaction: a few milliseconds of write lock each.
 BATCH = 2000
 
@@ -96,8 +101,12 @@ async def checkpoint(path: Path) -> None:
     PASSIVE never blocked the writer, but under a steady stream of rows it never caught up with
     the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
     TRUNCATE holds the write lock for the copy (milliseconds for the 1 MiB that triggers it);
-    a row written meanwhile waits for it on the log's connection, off the event loop.
+    a row written meanwhile waits for it on the log's connection, off the event loop. It also
+    holds that lock while it waits for readers of older snapshots (a console page reading a
+    large log at idle priority) to end, for as long as its busy timeout: so that timeout is
+    CHECKPOINT_BUSY_TIMEOUT_S, well under the writers' own, and a checkpoint that finds a
+    reader gives up (the WAL is copied but not emptied) and the next one empties it.
     """
-    async with aiosqlite.connect(path, timeout=1.0) as db:
+    async with aiosqlite.connect(path, timeout=CHECKPOINT_BUSY_TIMEOUT_S) as db:
         await db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
         await db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

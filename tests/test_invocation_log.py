@@ -552,6 +552,38 @@ async def test_the_wal_stays_below_a_bound_over_2000_calls_of_two_processes_shar
     assert largest < WAL_BOUND, f"the WAL reached {largest} bytes"
 
 
+async def test_rows_are_written_while_a_checkpoint_finds_a_reader_of_an_older_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A reader in another process (a console page over a large log) holds an old snapshot while a
+    checkpoint runs: the checkpoint gives up instead of holding the write lock until the reader
+    ends, the rows written meanwhile land, and a later checkpoint empties the WAL."""
+    log = await InvocationLog.open(tmp_path / "log.sqlite", log_queries=True, synchronous="NORMAL")
+    reader = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
+    try:
+        with anyio.fail_after(60):
+            for call in range(20):
+                assert await log.record(make_record(call_index=call))
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM tool_invocation").fetchall()  # the snapshot is held
+            assert await log.record(make_record(call_index=20))  # frames past the reader's snapshot
+            checkpoint = asyncio.create_task(log_retention.checkpoint(log.path))
+            # While a checkpoint that waited for the reader would still hold the lock (the writers
+            # give a row up after WRITE_BUSY_TIMEOUT_S), rows are written one after another.
+            for call in range(21, 31):
+                assert await log.record(make_record(call_index=call))
+                await asyncio.sleep(log_retention.WRITE_BUSY_TIMEOUT_S / 4)
+            await checkpoint
+            assert log.failures == 0 and wal_bytes(log.path) > 0  # the reader kept the WAL
+            reader.execute("COMMIT")
+            await log_retention.checkpoint(log.path)
+            assert wal_bytes(log.path) == 0
+    finally:
+        reader.close()
+        await log.close()
+    assert [r["call_index"] for r in rows(log.path)] == list(range(31))
+
+
 async def test_a_server_applies_retention_in_the_background(make_server: Any, data_dir: Path) -> None:
     from mcp import Client
 
