@@ -470,7 +470,11 @@ def _console_lines(console: dict[str, Any]) -> list[str]:
     for name, summary in lookups.items():
         ratio = ratios.get(name, {}).get("p95", 1.0)
         lines.append(f"| {name} | {served[name]} | {summary['median']} | {summary['p95']} | {ratio:.2f} |")
-    lines += ["", f"Acceptance: {console['acceptance']}: {'met' if console['accepted'] else 'NOT met'}."]
+    lines += [
+        "",
+        f"Acceptance: {console['acceptance']}: {'met' if console['accepted'] else 'NOT met'}."
+        f" Rows of the lookups the log could not write: {console.get('log_write_failures')}.",
+    ]
     return lines
 
 
