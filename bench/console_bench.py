@@ -62,6 +62,7 @@ CONDITIONS: dict[str, float | None] = {
     "alone_again": None,
 }
 CONTROL = "alone_again"
+BROWSER_NICENESS = 19
 DAYS = 14
 CALLS_PER_SESSION = 20
 # Unanswered topics, each asked in three wordings across many sessions.
@@ -279,8 +280,16 @@ async def _condition(
 
 
 def browse_main(base: str, pause_s: float) -> int:
-    """The browser process: pages until its stdin closes, then prints each page's answer times."""
+    """The browser process: pages until its stdin closes, then prints each page's answer times.
+
+    It stands for a person's browser, which runs on another machine: at the lowest nice
+    priority, its own receiving and parsing of pages without pause (a core's worth on this
+    2-core machine) does not take the CPU of the process measured. It still gets every core
+    the lookups leave idle (``console_pages_served`` says how many pages it loaded).
+    """
     import threading
+
+    os.nice(BROWSER_NICENESS)
 
     async def run() -> dict[str, list[float]]:
         loop = asyncio.get_running_loop()
