@@ -12,11 +12,14 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests import milvus_target
+
+if TYPE_CHECKING:
+    from server.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"
@@ -154,6 +157,14 @@ def make_settings(data_dir: Path) -> Callable[..., Any]:
         return load_settings(config_path, **{"data_dir": data_dir, **overrides})
 
     return make
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings over an empty data directory (no knowledge base ingested, no overrides)."""
+    from server.config.loading import load_settings
+
+    return load_settings(None, data_dir=tmp_path)
 
 
 @pytest.fixture
