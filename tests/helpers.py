@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,6 +20,7 @@ import anyio
 from tests.milvus_target import target_env
 
 if TYPE_CHECKING:
+    import numpy as np
     from mcp import Client
     from mcp_types import RequestParamsMeta
 
@@ -81,6 +82,23 @@ def cli_env(data_dir: Path) -> dict[str, str]:
     # The test's Milvus server and collection prefix, when the run targets a server.
     env.update(target_env())
     return env
+
+
+class WrappedEmbedder:
+    """An embedder that passes every encoding to ``inner``, under its name and dimension.
+
+    Tests subclass it to count or fail query encodings on the way to the shared real model.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_queries(texts)  # type: ignore[no-any-return]
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_passages(texts)  # type: ignore[no-any-return]
 
 
 class Ticks:
