@@ -198,11 +198,8 @@ def make_server(make_resources: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def server_env(data_dir: Path) -> Iterator[dict[str, str]]:
-    """Environment for a server subprocess over this test's data directory."""
-    import os
+def server_env(data_dir: Path) -> dict[str, str]:
+    """Environment for a server subprocess over this test's data directory (tests.helpers.cli_env)."""
+    from tests.helpers import cli_env
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
-    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
-    env.update(milvus_target.target_env())
-    yield env
+    return cli_env(data_dir)
