@@ -268,15 +268,16 @@ class SharedLiteClient:
                 try:
                     return getattr(client, name)(*args, **kwargs)
                 except Exception as exc:
-                    if not self._owner_went_away(exc) or time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline:
                         raise
-                try:
-                    client = self._recover(client, deadline)
-                except Exception as exc:
-                    # The next owner holds the lock but does not answer yet: wait for it.
-                    if not lost_connection(exc) or time.monotonic() >= deadline:
+                    if client is not self._client:
+                        # Another thread recovered meanwhile and closed this client (pymilvus then
+                        # says "should create connection first"): retry on its replacement.
+                        client = self._client
+                        continue
+                    if not self._owner_went_away(exc):
                         raise
-                    time.sleep(0.1)
+                client = self._recover(client, deadline)
 
         return call
 
@@ -296,12 +297,29 @@ class SharedLiteClient:
         logger.warning(
             "the owner of Milvus Lite %s went away; taking over or reconnecting", self._share.db_path
         )
-        self._share.ensure(max(0.1, deadline - time.monotonic()))
+        while True:
+            self._share.ensure(max(0.1, deadline - time.monotonic()))
+            try:
+                return self._replace(failed)
+            except Exception as exc:
+                # The next owner holds the lock but does not answer yet (this process too, the
+                # moment it took over): wait for it.
+                if not lost_connection(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _replace(self, failed: Any) -> Any:
+        """The current client, once ``failed`` is replaced by a new one (unless another thread did it).
+
+        The new client is made before the failed one is closed, so the current client is never a
+        closed one: a thread whose call failed on a closed client finds it replaced and retries
+        (``call``), rather than take pymilvus's "should create connection first" for its error.
+        """
         with self._swap:
             if self._client is failed:  # another thread may have recovered already
+                self._client = self._new_client()
                 with contextlib.suppress(Exception):
                     failed.close()
-                self._client = self._new_client()
             return self._client
 
     def close(self) -> None:

@@ -12,11 +12,14 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests import milvus_target
+
+if TYPE_CHECKING:
+    from server.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_KB = ROOT / "examples" / "knowledge"
@@ -157,6 +160,14 @@ def make_settings(data_dir: Path) -> Callable[..., Any]:
 
 
 @pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings over an empty data directory (no knowledge base ingested, no overrides)."""
+    from server.config.loading import load_settings
+
+    return load_settings(None, data_dir=tmp_path)
+
+
+@pytest.fixture
 def make_resources(make_settings: Callable[..., Any], e5_embedder: Any) -> Callable[..., Any]:
     """A server's resources over this test's data directory, sharing the session's loaded model."""
     from server.protocol.app import app_resources
@@ -187,11 +198,8 @@ def make_server(make_resources: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def server_env(data_dir: Path) -> Iterator[dict[str, str]]:
-    """Environment for a server subprocess over this test's data directory."""
-    import os
+def server_env(data_dir: Path) -> dict[str, str]:
+    """Environment for a server subprocess over this test's data directory (tests.helpers.cli_env)."""
+    from tests.helpers import cli_env
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
-    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
-    env.update(milvus_target.target_env())
-    yield env
+    return cli_env(data_dir)

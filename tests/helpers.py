@@ -11,15 +11,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
+from server.config.sections import ENV_PREFIX
 from tests.milvus_target import target_env
 
 if TYPE_CHECKING:
+    import numpy as np
     from mcp import Client
     from mcp_types import RequestParamsMeta
 
@@ -75,12 +77,37 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
             proc.wait()
 
 
-def cli_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
-    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
+def outer_env() -> dict[str, str]:
+    """This process's environment without any variable of the settings (``ENV_PREFIX``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+
+
+def cli_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment of a CLI or server subprocess over data_dir: no inherited settings variable,
+    the test's Milvus target, then ``settings`` (full variable names)."""
+    env = outer_env()
+    env[f"{ENV_PREFIX}DATA_DIR"] = str(data_dir)
     # The test's Milvus server and collection prefix, when the run targets a server.
     env.update(target_env())
+    env.update(settings)
     return env
+
+
+class WrappedEmbedder:
+    """An embedder that passes every encoding to ``inner``, under its name and dimension.
+
+    Tests subclass it to count or fail query encodings on the way to the shared real model.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name, self.dim = inner.name, inner.dim
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_queries(texts)  # type: ignore[no-any-return]
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed_passages(texts)  # type: ignore[no-any-return]
 
 
 class Ticks:

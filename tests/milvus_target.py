@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from server.config.sections import ENV_PREFIX
 from storage.shared_sync import SharedMirror
 
-URI_VAR = "LOOKUP_KNOWLEDGE_MILVUS__URI"
-PREFIX_VAR = "LOOKUP_KNOWLEDGE_MILVUS__COLLECTION_PREFIX"
-TEST_URI_VAR = "LOOKUP_KNOWLEDGE_TEST_MILVUS_URI"
+URI_VAR = f"{ENV_PREFIX}MILVUS__URI"
+PREFIX_VAR = f"{ENV_PREFIX}MILVUS__COLLECTION_PREFIX"
+TEST_URI_VAR = f"{ENV_PREFIX}TEST_MILVUS_URI"
 
 
 def target_env() -> dict[str, str]:

@@ -41,11 +41,6 @@ def write_log(path: Path, log_queries: bool = True) -> None:
     anyio.run(run)
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return load_settings(None, data_dir=tmp_path)
-
-
 def client(settings: Settings) -> TestClient:
     return TestClient(console_app(Console(settings.log_path, lambda: settings, _no_runtime)))
 

@@ -13,16 +13,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from server.config.loading import load_settings
 from server.config.settings import Settings
 from server.console import app as console_module
 from server.console.app import Console, console_app
 from tests.test_console_pages import _no_runtime, write_log
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return load_settings(None, data_dir=tmp_path)
 
 
 def _gone(pid: int) -> bool:

@@ -24,7 +24,7 @@ from mcp import Client
 from pymilvus.exceptions import MilvusException
 
 from retrieval.embedders import EmbedderError
-from tests.helpers import CLI, ROOT, free_port, stop
+from tests.helpers import CLI, ROOT, WrappedEmbedder, free_port, stop
 from tests.wire import RawSession, post, private_data_dir, served_http, server_env
 
 GOOD_QUERY = "ERR_TIMEOUT 是什么"
@@ -284,21 +284,18 @@ async def test_milvus_failing_mid_request_is_a_tool_error_and_the_next_request_w
         assert (await _lookup(client, GOOD_QUERY)).structured_content["primary"]["doc_key"] == GOOD_DOC
 
 
-class FlakyEmbedder:
+class FlakyEmbedder(WrappedEmbedder):
     """The real model, except that its first query encodings raise."""
 
     def __init__(self, inner: Any, error: Exception, failures: int = 1) -> None:
-        self.inner, self.error, self.remaining = inner, error, failures
-        self.name, self.dim = inner.name, inner.dim
+        super().__init__(inner)
+        self.error, self.remaining = error, failures
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         if self.remaining > 0:
             self.remaining -= 1
             raise self.error
-        return self.inner.embed_queries(texts)  # type: ignore[no-any-return]
-
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.embed_passages(texts)  # type: ignore[no-any-return]
+        return super().embed_queries(texts)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from mcp import Client
 
 from server.config.settings import Settings
 from storage.vector_store import ChunkHit, MilvusVectorStore, collection_name
-from tests.helpers import lookup
+from tests.helpers import WrappedEmbedder, lookup
 
 # Queries over the sample knowledge base.
 POOL = "数据库连接池怎么配置"  # hikaricp-pool-config first, infrastructure
@@ -41,21 +41,14 @@ class CountingStore(MilvusVectorStore):
         return super().search(vector, **kwargs)
 
 
-class CountingEmbedder:
+class CountingEmbedder(WrappedEmbedder):
     """Counts query embeddings on the way to the shared real model."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.dim = inner.dim
-        self.queries = 0
+    queries = 0
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         self.queries += len(texts)
-        return self.inner.embed_queries(texts)
-
-    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.embed_passages(texts)
+        return super().embed_queries(texts)
 
 
 class FakeClock:

@@ -214,3 +214,78 @@ def test_a_survivor_retries_a_lost_channel_even_when_the_socket_answers_again(
         real.close()
         client._client.close()
         owner.disown()
+
+
+class _Closable(_LostChannel):
+    """A lost channel that, once closed, fails as a closed ``MilvusClient`` does."""
+
+    def close(self) -> None:
+        self.error = _closed_client_error()
+
+
+def _closed_client_error() -> Exception:
+    from pymilvus.exceptions import MilvusException
+
+    return MilvusException(message="should create connection first")  # pymilvus: code 1, a closed client
+
+
+@pytest.mark.lite_only
+def test_a_survivor_whose_new_client_cannot_connect_yet_retries_until_it_can(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new owner's socket may refuse the first client made on it: the survivor then tries again
+    and never retries its call on the client it has closed ("should create connection first")."""
+    from pymilvus.client.types import Status
+    from pymilvus.exceptions import MilvusException
+
+    db_path = tmp_path / "milvus.db"
+    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
+    owner.ensure(timeout_s=10)
+    survivor.ensure(timeout_s=10)
+    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    real = client._client
+    lost = _Closable(MilvusException(code=Status.CONNECT_FAILED, message="failed"))
+    client._client = lost
+    made = [MilvusException(code=Status.CONNECT_FAILED, message="not yet"), real]
+
+    def new_client() -> Any:
+        next_client = made.pop(0)
+        if isinstance(next_client, Exception):
+            raise next_client
+        return next_client
+
+    monkeypatch.setattr(client, "_new_client", new_client)
+    try:
+        assert client.list_collections() == []
+        assert made == [] and lost.calls == 1 and client._client is real
+    finally:
+        client._client.close()
+        owner.disown()
+
+
+@pytest.mark.lite_only
+def test_a_call_on_a_client_another_thread_replaced_is_retried_on_the_replacement(tmp_path: Path) -> None:
+    db_path = tmp_path / "milvus.db"
+    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
+    owner.ensure(timeout_s=10)
+    survivor.ensure(timeout_s=10)
+    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    real = client._client
+
+    class Replaced(_LostChannel):
+        """Closed by another thread's recovery, which put ``real`` in its place, before the call."""
+
+        def list_collections(self) -> list[str]:
+            client._client = real
+            return super().list_collections()
+
+    stale = Replaced(_closed_client_error())
+    client._client = stale
+    try:
+        # The socket answers and the error is not a lost channel: only the replacement shows
+        # that the failure was the closed client's, not the call's.
+        assert client.list_collections() == []
+        assert stale.calls == 1 and client._client is real
+    finally:
+        client._client.close()
+        owner.disown()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import shutil
 import subprocess
@@ -21,8 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import CLI, ROOT, free_port, stop, wait_for_port
-from tests.milvus_target import target_env
+from tests.helpers import CLI, ROOT, cli_env, free_port, stop, wait_for_port
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 INITIALIZE = {
@@ -62,13 +60,8 @@ def blocking_client(data_dir: Path, embedder: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def server_env(data_dir: Path, **settings: str) -> dict[str, str]:
-    """The environment for a server subprocess: no inherited LOOKUP_KNOWLEDGE_*, then ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOKUP_KNOWLEDGE_")}
-    env["LOOKUP_KNOWLEDGE_DATA_DIR"] = str(data_dir)
-    # The test's Milvus server and collection prefix, when the run targets a server.
-    env.update(target_env())
-    env.update(settings)
-    return env
+    """The environment for a server subprocess over data_dir, then ``settings`` (tests.helpers.cli_env)."""
+    return cli_env(data_dir, **settings)
 
 
 @dataclass
