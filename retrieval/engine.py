@@ -218,6 +218,8 @@ class KnowledgeEngine:
         )
         weights, unseen, lexical_hits = _lexical(view, query, domain)
         l0 = tuple(view.keywords.match(query, domain))
+        # Its full-text queries need only the L0 hits: run before the wait, not after it.
+        specific = self._specific_keyword_docs(l0)
         visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
         language = detect_language(query)
         background = self._background.similarity(encoding.vector) if self._background else 0.0
@@ -231,7 +233,7 @@ class KnowledgeEngine:
         evidence = Evidence(
             query=query,
             l0=l0,
-            specific_keyword_docs=self._specific_keyword_docs(l0),
+            specific_keyword_docs=specific,
             dense=dense,
             lexical=visible_lexical,
             term_weights=tuple(sorted(weights.items())),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import NamedTuple
 
 import numpy as np
@@ -121,15 +122,13 @@ class LexicalIndex:
             code = self._domain_codes.get(domain)
             matched = matched[self._domain_of[matched] == code] if code is not None else matched[:0]
         best = self._best(matched, scores, limit)
-        holds = {t: _members(rows, best) for t, rows in held.items()}
+        # Each hit's flags (does it hold the term?) in ``held``'s order, read as Python lists:
+        # indexing a numpy mask once per hit and term was half of this search's time at 10k chunks.
+        names = list(held)
+        flags = zip(*(_members(held[t], best).tolist() for t in names), strict=True)
         return [
-            LexicalHit(
-                self._chunk_ids[row],
-                self._doc_keys[row],
-                float(scores[row]),
-                frozenset(t for t, mask in holds.items() if mask[i]),
-            )
-            for i, row in enumerate(best.tolist())
+            LexicalHit(self._chunk_ids[row], self._doc_keys[row], score, frozenset(compress(names, holds)))
+            for row, score, holds in zip(best.tolist(), scores[best].tolist(), flags, strict=True)
         ]
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
