@@ -99,3 +99,45 @@ def test_the_running_totals_fold_in_only_new_rows(settings: Settings) -> None:
     )
     assert {s.session_key for s in digest.active_sessions(None)} == {"s1", "s2"}
     assert digest.sessions["s2"].stopped_at == 1 and digest.sessions["s2"].blocked == 2
+
+
+def _gap_group(rank: int, questions: int) -> Any:
+    from server.gap_report import GapGroupOut, GapQuestionOut
+
+    asked = [f"2026-11-{1 + n % 28:02d}T10:{n // 28:02d}:00+00:00" for n in range(questions)]
+    return GapGroupOut(
+        rank=rank, size=questions, sessions=1, examples=[f"topic {rank}"], first_seen=min(asked),
+        last_seen=max(asked), reasons={"no_match": questions}, best_tier="NO_MATCH", nearest_document=None,
+        questions=[
+            GapQuestionOut(question=f"topic {rank} question {n}", session="s", asked_at=at, tier="NO_MATCH",
+                           reason="no_match")
+            for n, at in enumerate(asked)
+        ],
+    )  # fmt: skip
+
+
+def test_the_gaps_page_lists_the_first_groups_and_each_groups_latest_questions() -> None:
+    """A long log's report: the page shows GROUPS_SHOWN groups and QUESTIONS_SHOWN questions each,
+    the latest, and says where every one of them is; the report itself keeps them all."""
+    from server.console import pages
+    from server.gap_report import DocumentReport, GapReport
+
+    groups = [_gap_group(1, pages.QUESTIONS_SHOWN + 5)]
+    groups += [_gap_group(rank, 2) for rank in range(2, pages.GROUPS_SHOWN + 21)]
+    documents = DocumentReport(
+        never_delivered=[], most_delivered=[], split_candidates=[], reference_only=[], all=[]
+    )
+    report = GapReport(
+        since=None, generated_at="2026-12-01T00:00:00+00:00", log_queries=True,
+        questions=sum(g.size for g in groups), groups=groups, hidden_by_domain={}, documents=documents,
+    )  # fmt: skip
+    html = pages.gaps_page(report, "all")
+    assert html.count("<details ") == pages.GROUPS_SHOWN
+    assert f'id="group-{pages.GROUPS_SHOWN}"' in html and f'id="group-{pages.GROUPS_SHOWN + 1}"' not in html
+    assert f"{pages.GROUPS_SHOWN} groups most sessions asked, of {len(groups)}" in html
+    first = html.split('id="group-1"')[1].split("</details>")[0]
+    latest = sorted(groups[0].questions, key=lambda q: q.asked_at, reverse=True)
+    assert all(f">{q.question}<" in first for q in latest[: pages.QUESTIONS_SHOWN])
+    assert not any(f">{q.question}<" in first for q in latest[pages.QUESTIONS_SHOWN :])
+    assert "5 earlier questions" in first and pages.FULL_REPORT in first
+    assert "earlier questions" not in html.split('id="group-2"')[1].split("</details>")[0]

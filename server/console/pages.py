@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from retrieval.models import KnowledgeMap
 from server.console import svg
-from server.gap_report import DocumentOut, GapReport
+from server.gap_report import DocumentOut, GapGroupOut, GapReport
 from storage.log_digest import Overview, SessionRow
 
 PREFIX = "/console"
@@ -27,6 +27,12 @@ PAGES = (
 )
 WINDOWS = ("24h", "7d", "30d", "all")
 HIDDEN = "(not logged)"
+# The gaps page lists the groups most sessions asked first and each group's latest questions: a
+# 100,000-row log made it 2.5 MB with every question of every group, which a browser renders
+# slowly and which the serving process must pass on. ``gaps --json`` has every question.
+GROUPS_SHOWN = 100
+QUESTIONS_SHOWN = 10
+FULL_REPORT = "lookup-knowledge-mcp gaps --json"
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
 header{background:#1d2f4a;color:#fff;padding:10px 20px;display:flex;gap:18px;align-items:center;flex-wrap:wrap}
@@ -162,8 +168,14 @@ def gaps_page(report: GapReport, since: str) -> str:
         parts.append("<h2>Questions by domain (text not logged)</h2>")
         parts.append(table(["domain", "questions"], report.hidden_by_domain.items(), numeric=[1]))
     parts.append("<h2>Groups, most sessions first</h2>")
+    shown = report.groups[:GROUPS_SHOWN]
+    if len(report.groups) > len(shown):
+        parts.append(
+            f'<p class="note" id="groups-cut">The {len(shown)} groups most sessions asked, of'
+            f" {len(report.groups)}; all of them: <code>{e(FULL_REPORT)}</code>.</p>"
+        )
     rows = []
-    for g in report.groups:
+    for g in shown:
         nearest = f"{g.nearest_document} ({g.nearest_similarity:.2f})" if g.nearest_document else "none"
         rows.append(
             [
@@ -193,16 +205,24 @@ def gaps_page(report: GapReport, since: str) -> str:
             numeric=[0, 1, 2],
         )
     )
-    for g in report.groups:
-        questions = table(
-            ["asked", "question", "session", "tier", "why"],
-            [[when_iso(q.asked_at), q.question, q.session or "", q.tier, q.reason] for q in g.questions],
-        )
-        parts.append(
-            f'<details id="group-{g.rank}"><summary>Group {g.rank}: {e(g.examples[0] if g.examples else "")}'
-            f" — {e(g.size)} questions, {e(g.sessions)} sessions</summary>{questions}</details>"
-        )
+    parts += [_group_details(g) for g in shown]
     return layout("Knowledge gaps", "/gaps", since, "".join(parts))
+
+
+def _group_details(g: GapGroupOut) -> str:
+    """A group, expandable to its latest QUESTIONS_SHOWN questions."""
+    latest = sorted(g.questions, key=lambda q: q.asked_at, reverse=True)[:QUESTIONS_SHOWN]
+    questions = table(
+        ["asked", "question", "session", "tier", "why"],
+        [[when_iso(q.asked_at), q.question, q.session or "", q.tier, q.reason] for q in latest],
+    )
+    more = len(g.questions) - len(latest)
+    if more:
+        questions += f'<p class="note">{more} earlier questions: <code>{e(FULL_REPORT)}</code>.</p>'
+    return (
+        f'<details id="group-{g.rank}"><summary>Group {g.rank}: {e(g.examples[0] if g.examples else "")}'
+        f" — {e(g.size)} questions, {e(g.sessions)} sessions</summary>{questions}</details>"
+    )
 
 
 def _made(report: GapReport) -> str:
