@@ -6,21 +6,24 @@ like real ones (sessions of lookups with the tier mix, reads, refusals, errors, 
 Then, over loopback HTTP:
 - every page, warmed once (the gaps report's first build is timed on its own: it embeds the
   logged questions), then requested ``per_page`` times;
-- the same lookups (fresh questions of one form) through one MCP session in three conditions:
-  alone; while another client browses the console as a person reloading pages would (a page a
-  second, the pages' own addresses); and while it requests pages without pause, each at an address
-  of its own so the 2-second page cache never answers (the overview and sessions pages are then
-  built for every request; the gaps, documents and map pages are rendered once per report); and
-  alone once more, the control: its ratio to the first is what the machine's noise alone gives.
-  The browser is a process started before its block's lookups are timed. The
-  conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of them; the
-  medians and p95s compared come from this one run, and ``accepted`` says whether lookup p95 with
-  the console loaded stayed within ACCEPT_P95_RATIO of lookups alone;
+- the same lookups (fresh questions of one form) through one MCP session in four conditions
+  (CONDITIONS): alone; while another client browses the console as a person reloading pages
+  would (a page a second, the pages' own addresses); while it requests pages without pause, each
+  at an address of its own so the 2-second page cache never answers (the overview and sessions
+  pages are then built for every request; the gaps, documents and map pages are rendered once
+  per report); and alone once more, the control: its ratio to the first is what the machine's
+  noise alone gives. The browser is a process started before its block's lookups are timed.
+  The conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of
+  them; the medians and p95s compared come from this one run, and ``accepted`` says whether
+  lookup p95 with the console loaded stayed within ACCEPT_P95_RATIO of lookups alone.
+  ``--what-costs`` compares the parts of the back-to-back load instead (WHAT_COSTS): CPU burnt
+  at the page process's idle priority with no page at all, and pages without pause that the
+  page cache answers (only their HTTP handling is left in the serving process);
 - which pages the browser loaded in each condition and their answer times there
   (``console_pages_under_load_ms``), and each process's memory and CPU time (``processes``: the
   serving process, and the console's page process, which builds the pages and the gap report).
 
-Run alone: ``python -m bench.console_bench [--rows 100000]``; ``make bench`` runs it from
+Run alone: ``python -m bench.console_bench [--rows 100000] [--what-costs]``; ``make bench`` runs it from
 bench.run and writes ``bench/results/console.json``.
 """
 
@@ -53,12 +56,26 @@ LOOKUPS = 600
 # Lookups with the console loaded may be at most this much slower at p95 than lookups alone.
 ACCEPT_P95_RATIO = 1.1
 ROUNDS = 6
-# The conditions compared: no console, a person reloading a page a second, pages without pause;
-# and lookups alone once more, whose ratio to the first is what the machine's noise alone gives.
-CONDITIONS: dict[str, float | None] = {
+# The loads a browser process puts beside the lookups: a person reloading (a page a second, the
+# pages' own addresses); pages without pause, each at an address of its own (every one built);
+# pages without pause at their own addresses (the page cache answers: HTTP handling only); and
+# no page at all, only CPU burnt at the idle priority (what a busy page process costs, alone).
+RELOAD_PAUSE_S = 1.0
+LOADS = ("reload", "unpaused", "cached", "idle_cpu")
+# The conditions compared: no console, a person reloading, pages without pause; and lookups
+# alone once more, whose ratio to the first is what the machine's noise alone gives.
+CONDITIONS: dict[str, str | None] = {
     "alone": None,
-    "browsing": 1.0,
-    "back_to_back": 0.0,
+    "browsing": "reload",
+    "back_to_back": "unpaused",
+    "alone_again": None,
+}
+# ``--what-costs``: the parts of the back-to-back load, each alone.
+WHAT_COSTS: dict[str, str | None] = {
+    "alone": None,
+    "idle_cpu": "idle_cpu",
+    "cached_back_to_back": "cached",
+    "back_to_back": "unpaused",
     "alone_again": None,
 }
 CONTROL = "alone_again"
@@ -226,18 +243,22 @@ async def _lookup_batch(client: Any, first: int, count: int) -> list[float]:
     return samples
 
 
-async def _browse(base: str, pause_s: float, stop: asyncio.Event, served: dict[str, list[float]]) -> None:
-    """Console pages in turn until ``stop``: a person reloading (``pause_s`` apart, the pages' own
-    addresses), or without pause, each request at an address of its own (no page cache answers it).
+async def _browse(base: str, load: str, stop: asyncio.Event, served: dict[str, list[float]]) -> None:
+    """Console pages in turn until ``stop``, as ``load`` (one of LOADS) says.
+
     ``served`` gets each page's answer times (ms)."""
     import httpx
 
+    if load == "idle_cpu":
+        print("ready", flush=True)
+        await _burn_idle(stop)
+        return
     count = 0
     async with httpx.AsyncClient(timeout=600) as client:
         print("ready", flush=True)  # started: its start-up is not timed with the lookups
         while not stop.is_set():
             for page in PAGES:
-                extra = "" if pause_s else f"&request={count}"
+                extra = f"&request={count}" if load == "unpaused" else ""
                 started = time.perf_counter()
                 response = await client.get(f"{base}/console{page}?since=all{extra}")
                 elapsed = (time.perf_counter() - started) * 1000
@@ -245,22 +266,32 @@ async def _browse(base: str, pause_s: float, stop: asyncio.Event, served: dict[s
                     raise RuntimeError(f"/console{page} answered {response.status_code}")
                 served.setdefault(page or "/", []).append(elapsed)
                 count += 1
-                if pause_s:
-                    await asyncio.sleep(pause_s)
+                if load == "reload":
+                    await asyncio.sleep(RELOAD_PAUSE_S)
+
+
+async def _burn_idle(stop: asyncio.Event) -> None:
+    """CPU at SCHED_IDLE, the page process's priority, until ``stop`` (50 ms slices)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    while not stop.is_set():
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.05:
+            sum(i * i for i in range(1000))
+        await asyncio.sleep(0)
 
 
 async def _condition(
-    client: Any, base: str, pause_s: float | None, first: int, count: int
+    client: Any, base: str, load: str | None, first: int, count: int
 ) -> tuple[list[float], dict[str, list[float]]]:
-    """One block of lookups: alone (``pause_s`` None) or while a browser loads console pages.
+    """One block of lookups: alone (``load`` None) or while a browser loads console pages.
 
     The browser is a process of its own, as a real one is: receiving and parsing the pages in this
     process would put the client's work on the loop that serves the lookups.
     """
-    if pause_s is None:
+    if load is None:
         return await _lookup_batch(client, first, count), {}
     browser = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.console_bench", "--browse", base, "--pause", str(pause_s),
+        sys.executable, "-m", "bench.console_bench", "--browse", base, "--load", load,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -279,7 +310,7 @@ async def _condition(
     return samples, json.loads(served.decode() or "{}")
 
 
-def browse_main(base: str, pause_s: float) -> int:
+def browse_main(base: str, load: str) -> int:
     """The browser process: pages until its stdin closes, then prints each page's answer times.
 
     It stands for a person's browser, which runs on another machine: at the lowest nice
@@ -300,27 +331,29 @@ def browse_main(base: str, pause_s: float) -> int:
             loop.call_soon_threadsafe(stop.set)
 
         threading.Thread(target=wait_for_eof, daemon=True).start()
-        await _browse(base, pause_s, stop, served)
+        await _browse(base, load, stop, served)
         return served
 
     print(json.dumps(asyncio.run(run())))
     return 0
 
 
-async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
+async def _compare(
+    base: str, rounds: int, per_round: int, conditions: dict[str, str | None]
+) -> dict[str, Any]:
     """The same lookups in each condition, the conditions interleaved round by round (a busy spell
     of the machine falls on all of them), compared by median and p95."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    samples: dict[str, list[float]] = {name: [] for name in CONDITIONS}
-    served: dict[str, dict[str, list[float]]] = {name: {} for name in CONDITIONS}
+    samples: dict[str, list[float]] = {name: [] for name in conditions}
+    served: dict[str, dict[str, list[float]]] = {name: {} for name in conditions}
     async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
         await _lookup_batch(client, 90_000, 3)  # the session's first calls are not timed
         first = 0
         for _ in range(rounds):
-            for name, pause_s in CONDITIONS.items():
-                got, pages = await _condition(client, base, pause_s, first, per_round)
+            for name, load in conditions.items():
+                got, pages = await _condition(client, base, load, first, per_round)
                 samples[name] += got
                 for page, times in pages.items():
                     served[name].setdefault(page, []).extend(times)
@@ -343,7 +376,9 @@ async def _compare(base: str, rounds: int, per_round: int) -> dict[str, Any]:
         },
         "ratio_to_alone": ratios,
         "acceptance": f"lookup p95 with the console loaded within {ACCEPT_P95_RATIO}x of lookups alone",
-        "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for name, r in ratios.items() if name != CONTROL),
+        "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for name, r in ratios.items() if name != CONTROL)
+        if conditions is CONDITIONS
+        else None,
     }
 
 
@@ -356,7 +391,7 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 
 async def _serve_and_measure(
-    settings: Any, embedder: Any, per_page: int, rounds: int, per_round: int
+    settings: Any, embedder: Any, per_page: int, per_round: int, conditions: dict[str, str | None]
 ) -> dict[str, Any]:
     import uvicorn
 
@@ -378,7 +413,7 @@ async def _serve_and_measure(
         pages = await _pages(base, per_page)
         # This process's CPU while the pages were timed (the pages' client runs here too).
         processes = {"serving_process": _process_stats("self") | {"pages_cpu_s": time.process_time() - cpu}}
-        compared = await _compare(base, rounds, per_round)
+        compared = await _compare(base, ROUNDS, per_round, conditions)
         # Rows of the timed lookups that could not be written (a page's reads must cost none).
         compared["log_write_failures"] = resources.log.failures if resources.log else None
         processes |= {f"page_process_{child.pid}": _process_stats(str(child.pid)) for child in _children()}
@@ -420,7 +455,13 @@ async def _lookup_now(base: str) -> None:
 
 
 def measure(
-    work: Path, embedder: Any, *, rows: int = 100_000, per_page: int = 10, lookups: int = LOOKUPS
+    work: Path,
+    embedder: Any,
+    *,
+    rows: int = 100_000,
+    per_page: int = 10,
+    lookups: int = LOOKUPS,
+    conditions: dict[str, str | None] = CONDITIONS,
 ) -> dict[str, Any]:
     """Per-page answer times on a log of ``rows`` rows, and lookup latency with and without console load."""
     from server.config.loading import load_settings
@@ -441,7 +482,7 @@ def measure(
     synthetic_log(settings.log_path, rows, doc_keys)
     # ``lookups`` per condition, in ROUNDS interleaved blocks.
     per_round = max(1, lookups // ROUNDS)
-    result = asyncio.run(_serve_and_measure(settings, embedder, per_page, ROUNDS, per_round))
+    result = asyncio.run(_serve_and_measure(settings, embedder, per_page, per_round, conditions))
     result["rows"] = rows
     result["target_ms"] = TARGET_MS
     result["pages_within_target"] = all(
@@ -463,14 +504,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=ROOT / ".data" / "bench-console")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "console.json")
     parser.add_argument("--browse", metavar="URL", help=argparse.SUPPRESS)  # the browser process
-    parser.add_argument("--pause", type=float, default=1.0, help=argparse.SUPPRESS)
+    parser.add_argument("--load", choices=LOADS, default="reload", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--what-costs",
+        action="store_true",
+        help="compare the parts of the back-to-back load instead (idle-priority CPU alone, cached pages)",
+    )
     args = parser.parse_args(argv)
     if args.browse:
-        return browse_main(args.browse, args.pause)
+        return browse_main(args.browse, args.load)
     from retrieval.embedders import CachedEmbedder, create_embedder
 
     embedder = CachedEmbedder(create_embedder("e5-small"), size=4096)
-    result = measure(args.work_dir, embedder, rows=args.rows, per_page=args.per_page, lookups=args.lookups)
+    conditions = WHAT_COSTS if args.what_costs else CONDITIONS
+    result = measure(
+        args.work_dir,
+        embedder,
+        rows=args.rows,
+        per_page=args.per_page,
+        lookups=args.lookups,
+        conditions=conditions,
+    )
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
