@@ -180,6 +180,15 @@ class _LostChannel:
         pass
 
 
+def _owner_and_survivor(tmp_path: Path) -> tuple[lite_share._Share, lite_share.SharedLiteClient]:
+    """One Milvus Lite file: the process that owns it, and another one's client through it."""
+    db_path = tmp_path / "milvus.db"
+    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
+    owner.ensure(timeout_s=10)
+    survivor.ensure(timeout_s=10)
+    return owner, lite_share.SharedLiteClient(survivor, timeout_s=10)
+
+
 @pytest.mark.lite_only
 @pytest.mark.parametrize(
     ("code", "recovers"),
@@ -195,11 +204,7 @@ def test_a_survivor_retries_a_lost_channel_even_when_the_socket_answers_again(
 ) -> None:
     from pymilvus.exceptions import MilvusException
 
-    db_path = tmp_path / "milvus.db"
-    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
-    owner.ensure(timeout_s=10)
-    survivor.ensure(timeout_s=10)
-    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    owner, client = _owner_and_survivor(tmp_path)
     lost = _LostChannel(MilvusException(code=code, message="failed"))
     real, client._client = client._client, lost
     try:
@@ -238,11 +243,7 @@ def test_a_survivor_whose_new_client_cannot_connect_yet_retries_until_it_can(
     from pymilvus.client.types import Status
     from pymilvus.exceptions import MilvusException
 
-    db_path = tmp_path / "milvus.db"
-    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
-    owner.ensure(timeout_s=10)
-    survivor.ensure(timeout_s=10)
-    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    owner, client = _owner_and_survivor(tmp_path)
     real = client._client
     lost = _Closable(MilvusException(code=Status.CONNECT_FAILED, message="failed"))
     client._client = lost
@@ -265,11 +266,7 @@ def test_a_survivor_whose_new_client_cannot_connect_yet_retries_until_it_can(
 
 @pytest.mark.lite_only
 def test_a_call_on_a_client_another_thread_replaced_is_retried_on_the_replacement(tmp_path: Path) -> None:
-    db_path = tmp_path / "milvus.db"
-    owner, survivor = lite_share._Share(db_path), lite_share._Share(db_path)
-    owner.ensure(timeout_s=10)
-    survivor.ensure(timeout_s=10)
-    client = lite_share.SharedLiteClient(survivor, timeout_s=10)
+    owner, client = _owner_and_survivor(tmp_path)
     real = client._client
 
     class Replaced(_LostChannel):
