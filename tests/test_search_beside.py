@@ -6,6 +6,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
+import pytest
+
 from retrieval.embedders import CachedEmbedder
 from retrieval.engine import KnowledgeEngine
 from server.container import open_runtime
@@ -43,6 +45,7 @@ def test_evidence_is_identical_whether_the_store_searches_beside_the_text_work_o
                 assert beside.retrieve(query, domain) == inline.retrieve(query, domain)
         assert in_turn.tasks == beside.searches == inline.searches == 2 * len(QUERIES)
         assert any(e.dense and e.lexical for e in (inline.retrieve(q, None) for q in QUERIES))
+        beside.close()
     finally:
         runtime.close()
 
@@ -57,12 +60,9 @@ def test_a_failing_store_search_fails_the_retrieval(
     runtime = open_runtime(make_settings(), embedder=e5_embedder)
     try:
         engine = KnowledgeEngine(runtime.catalog, Broken(), e5_embedder)
-        try:
+        with pytest.raises(ConnectionError, match=r"^store unreachable$"):
             engine.retrieve("webhook retries", None)
-        except ConnectionError as exc:
-            assert str(exc) == "store unreachable"
-        else:
-            raise AssertionError("the store's error was swallowed")
         assert engine.searches == 0
+        engine.close()
     finally:
         runtime.close()
