@@ -58,7 +58,7 @@ ACCEPT_P95_RATIO = 1.1
 ROUNDS = 6
 # The loads a browser process puts beside the lookups: a person reloading (a page a second, the
 # pages' own addresses); pages without pause, each at an address of its own (every one built);
-# pages without pause at their own addresses (the page cache answers: HTTP handling only); and
+# pages without pause at the pages' own addresses (the page cache answers: HTTP handling only); and
 # no page at all, only CPU burnt at the idle priority (what a busy page process costs, alone).
 RELOAD_PAUSE_S = 1.0
 LOADS = ("reload", "unpaused", "cached", "idle_cpu")
