@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from retrieval.engine import Evidence
 from retrieval.models import Tier
 from retrieval.precise import at_most_reference, precise_doc, unseen_names
@@ -153,3 +155,51 @@ def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind(
     # One unseen bigram at a word boundary, or one after a function character, is no name.
     assert _precise(hits, entries, "两格滤池反冲洗要隔多久", unseen=("格滤", "多久")) == "backwash"
     assert _precise(hits, entries, "池子里滤池多久冲洗", unseen=("子里", "里滤")) == "backwash"
+
+
+def _keyworded(entries: dict[str, CatalogEntry], doc: str, *keywords: str) -> dict[str, CatalogEntry]:
+    return {**entries, doc: replace(entries[doc], keywords=keywords)}
+
+
+def test_a_code_other_documents_prose_holds_names_its_definer_only_where_the_ranking_agrees() -> None:
+    # L1 is indexed only where the rota defines it (too short for running text), but the severity
+    # matrix's prose uses it too: a question the matrix ranks first is about the matrix.
+    matrix = "Only the IC may lower a severity; an L1 engineer may not."
+    entries = _entries(matrix=matrix, rota="- **L1**: the engineers on the floor.")
+    hits = [("rota", "code", "L1")]
+    assert _precise(hits, entries, "can L1 lower the severity") is None
+    assert _precise(hits, dict(reversed(entries.items())), "can L1 lower the severity") == "rota"
+    # Held by no other document, or a code running text counts (AL-1107), it stands as before.
+    alone = _entries(matrix="Only the IC may lower a severity.", rota="- **L1**: the engineers.")
+    assert _precise(hits, alone, "can L1 lower the severity") == "rota"
+    alarms = _entries(other="See AL-1107.", table="| AL-1107 | fan |")
+    assert _precise([("table", "code", "AL-1107")], alarms, "AL-1107") == "table"
+
+
+def test_a_letters_only_label_one_document_declares_counts_as_a_letters_only_code() -> None:
+    # Graded REFERENCE, the keyword rule names nothing; here no L0 hit is needed either.
+    entries = _keyworded(_entries(change="单号以 ECR 开头。", other="变更流程。"), "change", "ECR")
+    assert _precise([], entries, "ECR 开头的单子要补什么") == "change"
+    # Like a letters-only code: only where the ranking puts it first, and in capitals.
+    assert _precise([], dict(reversed(entries.items())), "ECR 开头的单子要补什么") is None
+    assert _precise([], entries, "ecr 开头的单子要补什么") is None
+    # Glossed in parentheses it is declared too; only used, or held by two documents, it is not.
+    glossed = _entries(guide="Close reasons: CPF (paid in full), CPP (partly paid).", other="x")
+    assert _precise([], glossed, "difference between CPP and CPF") == "guide"
+    assert _precise([], _entries(guide="Export the PDF.", other="x"), "where is the PDF") is None
+    shared = _keyworded(_entries(change="ECR 开头。", other="ECR 也要补录。"), "change", "ECR")
+    assert _precise([], shared, "ECR 开头的单子要补什么") is None
+
+
+def test_a_label_of_capitals_and_digits_the_index_misses_names_the_one_document_holding_it() -> None:
+    # W805 (one letter) is no identifier of running text, so no L0 hit; one document holds it,
+    # written inside Chinese text as well.
+    entries = _entries(errors="| W805 | Photo location mismatch |", guide="Upload photos.")
+    assert _precise([], entries, "上传照片后出现W805，要怎么处理") == "errors"
+    assert _precise([], dict(reversed(entries.items())), "上传照片后出现 W805") is None
+    assert _precise([], entries, "W8050 是什么") is None  # not a whole word of any document
+    # Digits first is also how a quantity is written: it counts only as a front-matter keyword.
+    delays = _entries(delays="| 32A | baggage offload |", gate="Use 32A for offloads.")
+    assert _precise([], delays, "32A") is None
+    assert _precise([], _keyworded(delays, "delays", "32A"), "32A") == "delays"
+    assert _precise([], _entries(spark="tables under 200MB", other="x"), "joins under 200MB") is None
