@@ -72,6 +72,7 @@ def test_a_served_lookup_holds_the_page_process_stopped_until_it_ends(
 
     resources = make_resources()
     seen: list[bool] = []
+    pid = 0  # the page process's, once started
     lookup = LookupService.lookup
 
     async def observed(self: LookupService, *args: Any, **kwargs: Any) -> Any:
@@ -95,7 +96,6 @@ def test_a_served_lookup_holds_the_page_process_stopped_until_it_ends(
             with anyio.fail_after(60):
                 assert (await console.pages.stats())["pid"] == pid  # and it still answers
 
-    pid = 0
     anyio.run(run)
     assert seen == [True, True]
 
