@@ -16,9 +16,13 @@ serving process's loop. What the process holds:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import itertools
 import os
 import resource
+import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -47,6 +51,7 @@ WORKER_EMBED_BATCH = 32
 FALLBACK_NICENESS = 19
 # How often the process checks that the serving process still lives (seconds).
 PARENT_CHECK_S = 2.0
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that spawned it ends
 
 Asked = tuple[int, list[list[float]]]  # a search request: its id and the centres, as lists
 Answer = tuple[int, list[Hits] | None]  # its hits, or None when the serving process failed
@@ -165,6 +170,7 @@ built: Counter[str] = Counter()  # pages built here, by name
 def start(idle: bool) -> None:
     """The pool's initializer: the idle priority, then the loop's thread (which inherits it)."""
     global _loop
+    _die_with_parent()
     if idle:
         _lower_priority()
     _loop = asyncio.new_event_loop()
@@ -181,6 +187,21 @@ def _exit_with(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(PARENT_CHECK_S)
     os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """Be killed by the kernel when the serving process dies (Linux).
+
+    The serving process holds this one stopped while it runs lookups (``PageProcess.hold``): killed
+    then, it can never resume it, and a stopped process runs no check of its own (``_exit_with``).
+    The signal is sent when the thread that spawned this process ends: the serving process's event
+    loop thread, which lives as long as the server does.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    # Without prctl in this libc, the parent check below still runs.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _lower_priority() -> None:

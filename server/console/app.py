@@ -37,6 +37,7 @@ from server.console.log_pages import LogPages
 from server.console.report_pages import ReportPages, ReportPending
 from server.container import Runtime
 from server.gap_report import GapReporter, RuntimeSources
+from server.protocol.admission import InFlight
 from storage.schema import SchemaVersionError
 
 logger = logging.getLogger(__name__)
@@ -71,14 +72,23 @@ class ConsoleBusy(Exception):
 
 
 class Console:
-    """The console's data: the log at ``log_path``, the live settings and the retrieval stack."""
+    """The console's data: the log at ``log_path``, the live settings and the retrieval stack.
+
+    ``lookups`` are the serving process's lookups in flight, when it serves any: the page process
+    is held stopped while they run (``PageProcess.hold``).
+    """
 
     def __init__(
-        self, log_path: Path, settings: Callable[[], Settings], runtime: Callable[[], Awaitable[Runtime]]
+        self,
+        log_path: Path,
+        settings: Callable[[], Settings],
+        runtime: Callable[[], Awaitable[Runtime]],
+        lookups: InFlight | None = None,
     ) -> None:
         self.log_path = log_path
         self._settings = settings
         self._runtime = runtime
+        self._lookups = lookups
         self.pages = PageProcess()
         # Used only without the page process (a test's client without a lifespan).
         self._log_pages = LogPages(log_path)
@@ -162,9 +172,13 @@ class Console:
     async def running(self) -> AsyncIterator[None]:
         """The page process, for the life of the app that serves the console (its lifespan)."""
         self.pages.start()
+        unwatch = self._lookups.watch(self.pages.hold, self.pages.release) if self._lookups else None
         try:
             yield
         finally:
+            if unwatch is not None:
+                unwatch()
+            self.pages.release()
             await self.pages.settle()
             # Waits for a page in progress: on a thread, so the loop finishes its other work.
             await asyncio.to_thread(self.pages.close)

@@ -3,10 +3,18 @@
 Every console page and the gap report behind the gaps, documents and map pages are built in one
 spawned worker process (``server.console._worker``), started and stopped by the lifespan of the
 app that serves the console, at the idle CPU priority (``SCHED_IDLE``; where that is refused,
-nice 19): it runs only on a core no lookup wants, so a page waits for the lookups, never the
-other way round. Built in the serving process, the pages held its event loop and its interpreter
-lock while lookups waited (docs/observability.md), and the gap report's first build (embedding
-every logged question: tens of seconds of CPU over a large log) competed with them outright.
+nice 19). Built in the serving process, the pages held its event loop and its interpreter lock
+while lookups waited (docs/observability.md), and the gap report's first build (embedding every
+logged question: tens of seconds of CPU over a large log) competed with them outright.
+
+The idle priority is not enough on its own: on a machine of two virtual cores, a process at
+``SCHED_IDLE`` that only burns CPU still made lookups 12% slower at the median and 37% at the
+95th percentile (``bench/console_bench.py --what-costs``), as the cores it runs on share what
+lies below the scheduler. So while the serving process runs a lookup the worker is held stopped
+(``hold``: SIGSTOP, then SIGCONT when the last lookup ends), for at most MAX_HOLD_S at a time, so
+that lookups that never stop overlapping slow the pages down but cannot starve them. A page
+waits for the lookups, never the other way round. The worker is killed by the kernel if the
+serving process dies while it is held (``_worker.start``).
 The serving process forwards a page's arguments and sends back the bytes; its one other piece
 of work is the store searches of a report build (each group's nearest document), which the
 worker cannot run because the serving process holds the store.
@@ -22,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -40,6 +50,9 @@ Search = Callable[[np.ndarray], Hits]  # one centre's hits in the store (blockin
 # Between two of a report build's store searches in the serving process (one per gap group):
 # the searches share this process's interpreter with the lookups, so they are spread out.
 SEARCH_PAUSE_S = 0.02
+# The longest the worker is held stopped while lookups run: past it, lookups that keep overlapping
+# let it build again (at its idle priority), so a busy server slows the pages but never stops them.
+MAX_HOLD_S = 0.5
 
 
 class PageProcessStopped(RuntimeError):
@@ -56,6 +69,8 @@ class PageProcess:
         # One call at a time: the worker never builds more than one page beside the lookups.
         self._one = asyncio.Semaphore(1)
         self._searching: set[asyncio.Task[None]] = set()
+        self._pid: int | None = None  # the worker's, once it answered its first call
+        self._release: asyncio.TimerHandle | None = None  # set while the worker is held stopped
 
     @property
     def running(self) -> bool:
@@ -71,11 +86,44 @@ class PageProcess:
             initializer=_worker.start,
             initargs=(self.idle,),
         )
-        self._pool.submit(_worker.stats)
+        self._pool.submit(_worker.stats).add_done_callback(self._learn_pid)
+
+    def _learn_pid(self, first: Any) -> None:
+        # On the pool's thread; the loop reads the attribute, set at once.
+        if not first.cancelled() and first.exception() is None:
+            self._pid = int(first.result()["pid"])
+
+    def hold(self) -> None:
+        """Stop the worker while lookups run (``InFlight.watch``), for at most MAX_HOLD_S."""
+        if self._release is not None or self._pid is None or not self._wanted:
+            return
+        if self._signal(signal.SIGSTOP):
+            self._release = asyncio.get_running_loop().call_later(MAX_HOLD_S, self.release)
+
+    def release(self) -> None:
+        """Let the worker run again (when no lookup runs, or after MAX_HOLD_S of them)."""
+        release, self._release = self._release, None
+        if release is not None:
+            release.cancel()
+            self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> bool:
+        pid = self._pid
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, signum)
+        except OSError:  # the worker is gone: the next page starts a new one
+            self._pid = None
+            return False
+        return True
 
     def close(self) -> None:
         """Stop the worker (waiting for a page in progress) and forget it."""
         self._wanted = False
+        if self._release is not None:  # a stopped worker would never finish its page
+            self._signal(signal.SIGCONT)
+        self._pid = None
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -146,6 +194,6 @@ class PageProcess:
                 # The worker died: this page says so; the next one starts a new worker.
                 logger.error("the console's page process stopped: %s", exc)
                 if self._pool is pool:
-                    self._pool = None
+                    self._pool, self._pid = None, None
                     pool.shutdown(wait=False, cancel_futures=True)
                 raise PageProcessStopped("the console's page process stopped") from exc

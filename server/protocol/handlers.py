@@ -24,7 +24,6 @@ from server.container import described_map
 from server.inputs import PromptLanguage
 from server.log_summary import summarize
 from server.protocol import prompt_texts
-from server.protocol.admission import InFlight
 from server.protocol.lifespan import AppResources, WarmupError
 from server.protocol.recorder import CallRecorder
 from server.rendering import render_lookup
@@ -42,11 +41,10 @@ class KnowledgeHandlers:
     def __init__(self, resources: AppResources, recorder: CallRecorder) -> None:
         self.resources = resources
         self.recorder = recorder
-        self.in_flight = InFlight()
 
     def _admit(self) -> AbstractContextManager[None]:
         """One more lookup in flight, or a retryable busy error (retrieval.max_lookups_in_flight, hot)."""
-        return self.in_flight.admit(self.resources.settings.retrieval.max_lookups_in_flight)
+        return self.resources.in_flight.admit(self.resources.settings.retrieval.max_lookups_in_flight)
 
     async def lookup(self, rc: Request, request: LookupRequest) -> CallToolResult:
         arguments = {

@@ -25,6 +25,7 @@ from server.config.reload import SettingsHolder
 from server.config.settings import Settings
 from server.container import Runtime, action_memory, lookup_service, open_runtime, policy_from
 from server.heap import ServingHeap
+from server.protocol.admission import InFlight
 from server.protocol.session import TransportSession
 from storage.invocation_log import InvocationLog
 from storage.log_retention import Retention
@@ -69,6 +70,8 @@ class AppResources:
         self.service: LookupService | None = None
         self.log: InvocationLog | None = None
         self.heap = ServingHeap()
+        # The lookups and reads this process runs now: bounded by the handlers, watched by the console.
+        self.in_flight = InFlight()
         self.started_at = time.time()
 
     @property

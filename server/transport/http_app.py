@@ -94,4 +94,4 @@ def served_console(resources: AppResources) -> Console:
             raise ConsoleUnavailable("the knowledge base is unavailable")
         return resources.runtime
 
-    return Console(resources.settings.log_path, lambda: resources.settings, runtime)
+    return Console(resources.settings.log_path, lambda: resources.settings, runtime, resources.in_flight)

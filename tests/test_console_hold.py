@@ -1,0 +1,165 @@
+"""While the serving process runs a lookup, the console's page process is held stopped: it cannot
+take CPU the lookup wants, even at its idle priority. It resumes when the last lookup ends (or
+after MAX_HOLD_S), a server closing with it held does not hang, and held it still dies with a
+killed serving process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import RequestParamsMeta
+
+from retrieval.service import LookupService
+from server.console import builder
+from server.console.builder import PageProcess
+from server.protocol.admission import InFlight
+from tests.test_console_process import _wait_gone
+
+
+def _stopped(pid: int, seconds: float = 0.25) -> bool:
+    """The process is stopped by a signal (state T in /proc/PID/stat) within ``seconds``: a signal
+    takes effect when its target is next scheduled, not when it is sent."""
+    deadline = time.monotonic() + seconds
+    while True:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "T":
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+
+
+def _running(pid: int, seconds: float = 0.25) -> bool:
+    """The process is not stopped, or no longer within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _stopped(pid, seconds=0):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_watchers_hear_when_lookups_start_beside_none_and_when_the_last_ends() -> None:
+    lookups = InFlight()
+    heard: list[str] = []
+    unwatch = lookups.watch(lambda: heard.append("busy"), lambda: heard.append("idle"))
+    with lookups.admit(4):
+        with lookups.admit(4):
+            assert heard == ["busy"]
+        assert heard == ["busy"]  # one still runs
+    assert heard == ["busy", "idle"]
+    unwatch()
+    with lookups.admit(4):
+        pass
+    assert heard == ["busy", "idle"]
+
+
+def test_a_served_lookup_holds_the_page_process_stopped_until_it_ends(
+    make_resources: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.protocol.app import create_server
+    from server.transport.http_app import served_console
+
+    resources = make_resources()
+    seen: list[bool] = []
+    pid = 0  # the page process's, once started
+    lookup = LookupService.lookup
+
+    async def observed(self: LookupService, *args: Any, **kwargs: Any) -> Any:
+        seen.append(_stopped(pid))
+        return await lookup(self, *args, **kwargs)
+
+    monkeypatch.setattr(LookupService, "lookup", observed)
+
+    async def run() -> None:
+        nonlocal pid
+        console = served_console(resources)
+        async with console.running():
+            with anyio.fail_after(120):
+                pid = await console.pages.pid()
+            async with Client(create_server(resources), mode="legacy") as client:
+                for query in ("Kafka consumer lag", "how do I rotate the API keys"):
+                    meta = cast(RequestParamsMeta, {"session_id": "held"})
+                    result = await client.call_tool("lookup_knowledge", {"query": query}, meta=meta)
+                    assert not result.is_error
+                    assert _running(pid)  # resumed once the lookup ended
+            with anyio.fail_after(60):
+                assert (await console.pages.stats())["pid"] == pid  # and it still answers
+
+    anyio.run(run)
+    assert seen == [True, True]
+
+
+def test_a_hold_ends_by_itself_after_its_bound_and_close_resumes_a_held_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(builder, "MAX_HOLD_S", 0.3)
+    pages = PageProcess()
+
+    async def run() -> None:
+        pages.start()
+        with anyio.fail_after(120):
+            pid = await pages.pid()
+        pages.hold()
+        assert _stopped(pid)
+        await asyncio.sleep(0.6)  # lookups that never end do not starve the pages
+        assert _running(pid)
+        pages.hold()
+        assert _stopped(pid)
+        with anyio.fail_after(60):
+            await asyncio.to_thread(pages.close)  # would wait for ever on a stopped worker
+        assert _wait_gone(pid, seconds=30)
+
+    try:
+        anyio.run(run)
+    finally:
+        pages.close()
+
+
+_OWNER = """
+import asyncio, time
+from server.console.builder import PageProcess
+
+async def main():
+    pages = PageProcess()
+    pages.start()
+    pid = await pages.pid()
+    pages.hold()
+    print(pid, flush=True)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def test_a_held_page_process_dies_with_its_killed_serving_process(tmp_path: Path) -> None:
+    """Stopped, the worker runs no check of its own: the kernel kills it with its parent."""
+    script = tmp_path / "owner.py"
+    script.write_text(_OWNER, encoding="utf-8")
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
+    pid = 0
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert _stopped(pid)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        assert _wait_gone(pid, seconds=10), "a held page process outlived its killed serving process"
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
+        if pid and not _wait_gone(pid, seconds=0.1):  # the test failed: leave no orphan behind
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
