@@ -43,13 +43,17 @@ from retrieval.models import Tier
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
 from storage.catalog_records import CatalogEntry
-from storage.text import CJK, MIN_CODE_CHARS, code_label, defined_codes, identifiers
+from storage.text import (
+    CJK,
+    LETTER_LABEL,
+    MIN_CODE_CHARS,
+    MIXED_LABEL,
+    code_label,
+    defined_codes,
+    identifiers,
+)
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")
-# Labels as the query writes them: letters only in capitals (ECR, CPP), or capitals and digits
-# with both (W805, 32A, P7). ``storage.text`` indexes such a label only where a document defines it.
-_LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
-_MIXED_LABEL = re.compile(r"(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{2,8}")
 # Characters that end a Chinese compound rather than belong to one: particles, pronouns,
 # prepositions, auxiliaries and question words ("的", "里", "在", "要", "多久"). Over the eleven
 # evaluation sets an unseen compound of two or more other characters before a matched title or
@@ -81,7 +85,7 @@ def precise_doc(
     # Beside a code with a digit or a separator, a letters-only one (ODS, DND) is context.
     letters = {code: docs for code, docs in by_code.items() if code.isalpha()}
     by_code = {code: docs for code, docs in by_code.items() if code not in letters}
-    for label, owner in _declared_letter_labels(evidence.query, entries).items():
+    for label, owner in _declared_letter_labels(evidence, entries).items():
         if owner in visible:
             letters.setdefault(label, {owner})
     if letters and not by_code:
@@ -98,7 +102,7 @@ def precise_doc(
             # A short code (C5, S2) beside a name the knowledge base lacks, and the dense channel
             # prefers another document: a Citroen C5, not cabinet C5.
             return doc if _dense_first(ranked) == doc else None
-        if doc is not None and _held_elsewhere([c for c in by_code if not identifiers(c)], doc, entries):
+        if doc is not None and _held_elsewhere([c for c in by_code if not identifiers(c)], doc, evidence):
             # A label running text would not count as a code (L1, A320) is indexed only where a
             # document defines it, so its other documents' prose is unseen by the index: a
             # support level or an aircraft type named in many pages, which the question may be
@@ -195,18 +199,26 @@ def _by_codes(by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntr
 
 
 def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry]) -> str | None:
-    """The document a code names: the only one containing it, else the only one defining it."""
+    """The document a code names: the only one containing it, else the only one defining it, else
+    the only one defining it in its title or text.
+
+    A runbook that handles a code often lists it among its front-matter keywords, beside the table
+    that defines every code of its kind: the keyword tags what the runbook is for, the table row
+    says what the code is, so the table is what the code names."""
     if len(docs) == 1:
         return next(iter(docs))
     defining = [d for d in sorted(docs) if d in entries and defines(entries[d], code)]
+    if len(defining) > 1:
+        defining = [d for d in defining if defines(entries[d], code, keywords=False)]
     return defining[0] if len(defining) == 1 else None
 
 
-def defines(entry: CatalogEntry, code: str) -> bool:
-    """Whether a document defines the code, rather than only mentioning it."""
+def defines(entry: CatalogEntry, code: str, *, keywords: bool = True) -> bool:
+    """Whether a document defines the code, rather than only mentioning it (``keywords``: its
+    front-matter keywords count as a definition)."""
     return (
         code in identifiers(entry.title)
-        or any(code_label(k) == code for k in entry.keywords)
+        or (keywords and any(code_label(k) == code for k in entry.keywords))
         or code in defined_codes(entry.body)
     )
 
@@ -233,7 +245,7 @@ def _by_keyword(
     return None
 
 
-def _declared_letter_labels(query: str, entries: Mapping[str, CatalogEntry]) -> dict[str, str]:
+def _declared_letter_labels(evidence: Evidence, entries: Mapping[str, CatalogEntry]) -> dict[str, str]:
     """Letters-only labels in capitals (ECR) that one document alone holds and declares as a
     name: among its front-matter keywords, or glossed in parentheses ("CPP (closed, partly paid)").
 
@@ -246,9 +258,9 @@ def _declared_letter_labels(query: str, entries: Mapping[str, CatalogEntry]) -> 
     word one document holds instead made fourteen more, PDF and CT among them, and was not kept.
     """
     found: dict[str, str] = {}
-    for label in dict.fromkeys(w for w in _WORD.findall(query) if _LETTER_LABEL.fullmatch(w)):
-        holders = _holders(label, entries, keywords=True)
-        if len(holders) != 1:
+    for label in dict.fromkeys(w for w in _WORD.findall(evidence.query) if LETTER_LABEL.fullmatch(w)):
+        holders = _holders(label, evidence, keywords=True)
+        if len(holders) != 1 or holders[0] not in entries:
             continue
         entry = entries[holders[0]]
         glossed = re.search(rf"{_bounded(label)}\s?[(（]", entry.body) is not None
@@ -272,31 +284,30 @@ def _by_unindexed_label(evidence: Evidence, entries: Mapping[str, CatalogEntry])
     document: two codes (W805, 32A) and "我是 P7" and "M16 压板螺丝"; with digits first held by the
     body alone, "under 200MB" became PRECISE too (right, but a size is no name).
     """
-    labels = {w for w in _WORD.findall(evidence.query) if _MIXED_LABEL.fullmatch(w)}
+    labels = {w for w in _WORD.findall(evidence.query) if MIXED_LABEL.fullmatch(w)}
     labels -= {h.term.upper() for h in evidence.l0 if h.kind == "code"}
     owners: set[str | None] = set()
     for label in labels:
-        holders = _holders(label, entries, keywords=False)
+        holders = [k for k in _holders(label, evidence, keywords=False) if k in entries]
         listing = [k for k in holders if label in entries[k].keywords]
         candidates = listing if label[0].isdigit() else holders
         owners.add(candidates[0] if len(candidates) == 1 else listing[0] if len(listing) == 1 else None)
     return owners.pop() if len(owners) == 1 else None
 
 
-def _holders(label: str, entries: Mapping[str, CatalogEntry], *, keywords: bool) -> list[str]:
-    """The documents whose body holds ``label`` as a word (case kept), or, with ``keywords``,
-    whose front-matter keywords list it."""
-    word = re.compile(_bounded(label))
-    return [
-        key
-        for key, entry in entries.items()
-        if (keywords and label in entry.keywords) or (label in entry.body and word.search(entry.body))
-    ]
+def _holders(label: str, evidence: Evidence, *, keywords: bool) -> list[str]:
+    """The documents whose text holds ``label`` as a word (``Evidence.label_holders``: at most
+    three, enough to tell one from several), or, with ``keywords``, list it among their front-matter
+    keywords (the query's keyword hits)."""
+    held = set(dict(evidence.label_holders).get(label, ()))
+    if keywords:
+        held.update(h.doc_key for h in evidence.l0 if h.kind == "keyword" and h.term.upper() == label)
+    return sorted(held)
 
 
-def _held_elsewhere(labels: Sequence[str], doc: str, entries: Mapping[str, CatalogEntry]) -> bool:
+def _held_elsewhere(labels: Sequence[str], doc: str, evidence: Evidence) -> bool:
     """Whether a document other than ``doc`` holds one of ``labels`` in its body."""
-    return any(key != doc for label in labels for key in _holders(label, entries, keywords=False))
+    return any(key != doc for label in labels for key in _holders(label, evidence, keywords=False))
 
 
 def _bounded(label: str) -> str:

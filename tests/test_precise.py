@@ -11,6 +11,7 @@ from retrieval.ranking import RankedDoc
 from retrieval.relevance import Logistic, TierModel
 from storage.catalog_records import CatalogEntry
 from storage.keyword_index import L0Hit
+from storage.text import identifiers, query_labels, terms
 
 MODEL = TierModel(
     on_topic=Logistic(weights={"similarity": 20.0}, bias=-4.0, threshold=0.5),
@@ -38,6 +39,17 @@ def _entries(**bodies: str) -> dict[str, CatalogEntry]:
     }
 
 
+def _label_holders(
+    query: str, l0: tuple[L0Hit, ...], entries: dict[str, CatalogEntry]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """As the engine's full-text query finds them: the documents whose terms hold the label's."""
+    shorts = [h.term.upper() for h in l0 if h.kind == "code" and not identifiers(h.term)]
+    return tuple(
+        (label, tuple(sorted(k for k, e in entries.items() if set(terms(label)) <= set(terms(e.body)))))
+        for label in dict.fromkeys([*query_labels(query), *shorts])
+    )
+
+
 def _precise(
     hits: list[tuple[str, str, str]],
     entries: dict[str, CatalogEntry],
@@ -45,14 +57,16 @@ def _precise(
     unseen: tuple[str, ...] = (),
 ) -> str | None:
     """Graded as answerable; the dense channel ranks the documents in the order given."""
+    l0 = tuple(L0Hit(doc, kind, term) for doc, kind, term in hits)  # type: ignore[arg-type]
     evidence = Evidence(
         query=query,
-        l0=tuple(L0Hit(doc, kind, term) for doc, kind, term in hits),  # type: ignore[arg-type]
+        l0=l0,
         specific_keyword_docs=tuple(doc for doc, kind, _ in hits if kind == "keyword"),
         dense=(),
         lexical=(),
         term_weights=(),
         unseen=unseen,
+        label_holders=_label_holders(query, l0, entries),
     )
     ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
     return precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries, unseen_names(evidence))
@@ -203,3 +217,20 @@ def test_a_label_of_capitals_and_digits_the_index_misses_names_the_one_document_
     assert _precise([], delays, "32A") is None
     assert _precise([], _keyworded(delays, "delays", "32A"), "32A") == "delays"
     assert _precise([], _entries(spark="tables under 200MB", other="x"), "joins under 200MB") is None
+
+
+def test_a_code_a_runbook_lists_as_a_keyword_is_named_by_the_table_that_defines_it() -> None:
+    # The runbook tags the alarm it handles among its keywords; the table's row says what it is.
+    entries = _keyworded(
+        _entries(
+            table="| Code | Meaning |\n|---|---|\n| RF-201 | compressor high-pressure trip |\n",
+            runbook="When a reefer unit stops (for example RF-201), call the control tower.",
+        ),
+        "runbook",
+        "RF-201",
+    )
+    hits = [("table", "code", "RF-201"), ("runbook", "code", "RF-201")]
+    assert _precise(hits, entries, "RF-201") == "table"
+    # Two tables defining it name neither.
+    both = {**entries, "runbook": replace(entries["table"], doc_key="runbook")}
+    assert _precise(hits, both, "RF-201") is None
