@@ -31,7 +31,7 @@ from storage.catalog_records import CatalogEntry, ChunkRecord
 from storage.chunking import chunk_context
 from storage.keyword_index import KeywordEntry, KeywordIndex, L0Hit
 from storage.lexical_index import LexicalHit, LexicalIndex, bm25_idf
-from storage.text import detect_language, terms
+from storage.text import detect_language, identifiers, query_labels, terms
 from storage.vector_store import ChunkHit
 
 # Chunks fetched from each channel. One dense search serves both languages: a chunk written in
@@ -39,6 +39,8 @@ from storage.vector_store import ChunkHit
 # and the ranking adds the calibrated offset back.
 DENSE_LIMIT = 48
 LEXICAL_LIMIT = 32
+# Documents read per label of the query: the PRECISE rules ask whether one or more hold it.
+LABEL_HOLDERS = 3
 # Terms in more than this share of chunks say little (and are most of the postings to score).
 _COMMON_TERM_SHARE = 0.25
 # Threads of an engine's own search pool (``search_pool``): one per concurrent fresh lookup, up to this.
@@ -82,6 +84,9 @@ class Evidence:
     unseen: tuple[str, ...] = ()
     # How close the query sits to questions no team's knowledge base answers (retrieval.background).
     background: float = 0.0
+    # label -> up to three documents whose text holds it as a word, for each label-shaped word of
+    # the query and each code hit running text would not count as a code (retrieval.precise).
+    label_holders: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,7 @@ class KnowledgeEngine:
         l0 = tuple(view.keywords.match(query, domain))
         # Its full-text queries need only the L0 hits: run before the wait, not after it.
         specific = self._specific_keyword_docs(l0)
+        holders = self._label_holders(query, l0)
         visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
         language = detect_language(query)
         background = self._background.similarity(encoding.vector) if self._background else 0.0
@@ -243,6 +249,7 @@ class KnowledgeEngine:
             rerank=tuple(sorted(rerank.items())),
             unseen=unseen,
             background=background,
+            label_holders=holders,
         )
         with self._lock:
             self._evidence[(view.generation, query, domain)] = evidence
@@ -291,6 +298,18 @@ class KnowledgeEngine:
             if containing <= {hit.doc_key}:
                 docs.add(hit.doc_key)
         return tuple(sorted(docs))
+
+    def _label_holders(self, query: str, l0: Sequence[L0Hit]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The documents holding each label of the query (W805, ECR) and each code hit running text
+        would not count as one (L1): the code index holds those only where a document defines them.
+        One full-text query per label, not a scan of the bodies."""
+        shorts = [h.term.upper() for h in l0 if h.kind == "code" and not identifiers(h.term)]
+        holders = []
+        for label in dict.fromkeys([*query_labels(query), *shorts]):
+            with self._catalog_lock:
+                docs = self._catalog.documents_containing(terms(label), limit=LABEL_HOLDERS)
+            holders.append((label, tuple(sorted(docs))))
+        return tuple(holders)
 
     def chunks_of(self, doc_key: str) -> list[ChunkRecord]:
         """A document's visible chunks in order (for passages and whole-document reads)."""

@@ -8,7 +8,17 @@ A name identifies a document only when nothing else in the knowledge base could 
   at that document. A letters-only code (``NRF``, defined in a table's body row, a list lead or
   a heading of its own, and written in capitals in the query) counts only alone, for the
   document the ranking already puts first, beside no unseen name, in a question that looks
-  on-topic: capitals alone are how English writes acronyms too;
+  on-topic: capitals alone are how English writes acronyms too. A letters-only label no other
+  document holds counts as such a code where its document declares it as a name: among its
+  front-matter keywords (``ECR``, an order type) or glossed in parentheses ("CPP (closed, partly
+  paid)");
+- a label of capitals and digits the code index does not hold (a one-letter code ``W805``, a
+  pay grade ``P7``, digits first ``32A``): the one document whose text holds it, else the one
+  listing it as a front-matter keyword (digits first, as quantities are written, only that),
+  when the ranking or the dense channel puts it first and the question looks on-topic. A code
+  running text would not count as one (``L1``, ``A320``: its index entry comes from a document
+  defining it) that other documents' prose also holds needs that agreement too: "can L1 lower a
+  severity" is about the severity matrix, not the rota that defines L1;
 - the document's exact title, or a front-matter keyword no other document contains (then the
   dense channel must agree and the question must look answerable).
 
@@ -33,7 +43,15 @@ from retrieval.models import Tier
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
 from storage.catalog_records import CatalogEntry
-from storage.text import CJK, MIN_CODE_CHARS, code_label, defined_codes, identifiers
+from storage.text import (
+    CJK,
+    LETTER_LABEL,
+    MIN_CODE_CHARS,
+    MIXED_LABEL,
+    code_label,
+    defined_codes,
+    identifiers,
+)
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")
 # Characters that end a Chinese compound rather than belong to one: particles, pronouns,
@@ -67,16 +85,33 @@ def precise_doc(
     # Beside a code with a digit or a separator, a letters-only one (ODS, DND) is context.
     letters = {code: docs for code, docs in by_code.items() if code.isalpha()}
     by_code = {code: docs for code, docs in by_code.items() if code not in letters}
+    for label, owner in _declared_letter_labels(evidence, entries).items():
+        if owner in visible:
+            letters.setdefault(label, {owner})
     if letters and not by_code:
         doc = _by_letter_codes(letters, ranked, feats, model, entries, unseen_name)
         if doc is not None:
             return doc
+    elif not by_code and not unseen_name:
+        unindexed = _by_unindexed_label(evidence, entries)
+        if unindexed in visible and _ranking_agrees(ranked, unindexed) and _on_topic(feats, model):
+            return unindexed
     if by_code:
         doc = _by_codes(by_code, entries)
         if doc is not None and unseen_name and all(_alnum(code) < MIN_CODE_CHARS for code in by_code):
             # A short code (C5, S2) beside a name the knowledge base lacks, and the dense channel
             # prefers another document: a Citroen C5, not cabinet C5.
             return doc if _dense_first(ranked) == doc else None
+        if doc is not None and _held_elsewhere([c for c in by_code if not identifiers(c)], doc, evidence):
+            # A label running text would not count as a code (L1, A320) is indexed only where a
+            # document defines it, so its other documents' prose is unseen by the index: a
+            # support level or an aircraft type named in many pages, which the question may be
+            # about less than about what it qualifies ("can L1 lower a severity" is answered by
+            # the severity matrix, not the rota that defines L1). It names its defining document
+            # only where the ranking or the dense channel puts that document first. Over the
+            # fourteen evaluation sets this took the two false PRECISE (L1, A320) to REFERENCE
+            # and changed nothing else; E412 (also only a keyword's code) stays: no prose has it.
+            return doc if _ranking_agrees(ranked, doc) else None
         return doc
     if unseen_name:
         return None
@@ -149,7 +184,12 @@ def _by_letter_codes(
     doc = _by_codes(by_code, entries)
     if doc is None or unseen_name or not ranked or ranked[0].doc_key != doc:
         return None
-    return doc if grade(feats, model, precise=False) is not Tier.NO_MATCH else None
+    return doc if _on_topic(feats, model) else None
+
+
+def _on_topic(feats: Mapping[str, float], model: TierModel) -> bool:
+    """Whether the question looks on-topic: graded above NO_MATCH without PRECISE."""
+    return grade(feats, model, precise=False) is not Tier.NO_MATCH
 
 
 def _by_codes(by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntry]) -> str | None:
@@ -159,18 +199,26 @@ def _by_codes(by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntr
 
 
 def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry]) -> str | None:
-    """The document a code names: the only one containing it, else the only one defining it."""
+    """The document a code names: the only one containing it, else the only one defining it, else
+    the only one defining it in its title or text.
+
+    A runbook that handles a code often lists it among its front-matter keywords, beside the table
+    that defines every code of its kind: the keyword tags what the runbook is for, the table row
+    says what the code is, so the table is what the code names."""
     if len(docs) == 1:
         return next(iter(docs))
     defining = [d for d in sorted(docs) if d in entries and defines(entries[d], code)]
+    if len(defining) > 1:
+        defining = [d for d in defining if defines(entries[d], code, keywords=False)]
     return defining[0] if len(defining) == 1 else None
 
 
-def defines(entry: CatalogEntry, code: str) -> bool:
-    """Whether a document defines the code, rather than only mentioning it."""
+def defines(entry: CatalogEntry, code: str, *, keywords: bool = True) -> bool:
+    """Whether a document defines the code, rather than only mentioning it (``keywords``: its
+    front-matter keywords count as a definition)."""
     return (
         code in identifiers(entry.title)
-        or any(code_label(k) == code for k in entry.keywords)
+        or (keywords and any(code_label(k) == code for k in entry.keywords))
         or code in defined_codes(entry.body)
     )
 
@@ -195,6 +243,81 @@ def _by_keyword(
     ):
         return next(iter(keyword_docs))
     return None
+
+
+def _declared_letter_labels(evidence: Evidence, entries: Mapping[str, CatalogEntry]) -> dict[str, str]:
+    """Letters-only labels in capitals (ECR) that one document alone holds and declares as a
+    name: among its front-matter keywords, or glossed in parentheses ("CPP (closed, partly paid)").
+
+    Such a label is how its document names a thing (an order type, a close reason) even where no
+    table or list defines it; held by no other document, it is as specific as a code in a table's
+    body row, and is treated as one (``_by_letter_codes``). An acronym the body only uses (PDF,
+    JOIN) is not declared, and one the author lists in several documents names none. Over the
+    fourteen evaluation sets this made four questions PRECISE, each on its labelled document: two
+    codes (ECR, CPP and CWP), "the PMS has been down" and "huawei RMA"; counting every capitals
+    word one document holds instead made fourteen more, PDF and CT among them, and was not kept.
+    """
+    found: dict[str, str] = {}
+    for label in dict.fromkeys(w for w in _WORD.findall(evidence.query) if LETTER_LABEL.fullmatch(w)):
+        holders = _holders(label, evidence, keywords=True)
+        if len(holders) != 1 or holders[0] not in entries:
+            continue
+        entry = entries[holders[0]]
+        glossed = re.search(rf"{_bounded(label)}\s?[(（]", entry.body) is not None
+        if label in entry.keywords or glossed:
+            found[label] = holders[0]
+    return found
+
+
+def _by_unindexed_label(evidence: Evidence, entries: Mapping[str, CatalogEntry]) -> str | None:
+    """The one document every capitals-and-digits label in the query (W805, 32A) points at, for
+    labels the code index does not hold: the only document whose text holds it, else the only
+    one listing it among its front-matter keywords.
+
+    Running text counts an identifier only from two letters and three digits (AL-1107, HX300), so
+    a one-letter code (W805), a pay grade (P7), a bolt size (M16) or a code that starts with its
+    digits (32A) is indexed only where a document defines it. Written in capitals with a digit it
+    is still a name; held by one document, it names that one. Digits first is also how a quantity
+    is written (200MB, 15GHz), so such a label counts only as a front-matter keyword. Being
+    unindexed it is weaker evidence than a code: the caller needs the ranking's agreement too.
+    Over the fourteen evaluation sets this made four questions PRECISE, each on its labelled
+    document: two codes (W805, 32A) and "我是 P7" and "M16 压板螺丝"; with digits first held by the
+    body alone, "under 200MB" became PRECISE too (right, but a size is no name).
+    """
+    labels = {w for w in _WORD.findall(evidence.query) if MIXED_LABEL.fullmatch(w)}
+    labels -= {h.term.upper() for h in evidence.l0 if h.kind == "code"}
+    owners: set[str | None] = set()
+    for label in labels:
+        holders = [k for k in _holders(label, evidence, keywords=False) if k in entries]
+        listing = [k for k in holders if label in entries[k].keywords]
+        candidates = listing if label[0].isdigit() else holders
+        owners.add(candidates[0] if len(candidates) == 1 else listing[0] if len(listing) == 1 else None)
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _holders(label: str, evidence: Evidence, *, keywords: bool) -> list[str]:
+    """The documents whose text holds ``label`` as a word (``Evidence.label_holders``: at most
+    three, enough to tell one from several), or, with ``keywords``, list it among their front-matter
+    keywords (the query's keyword hits)."""
+    held = set(dict(evidence.label_holders).get(label, ()))
+    if keywords:
+        held.update(h.doc_key for h in evidence.l0 if h.kind == "keyword" and h.term.upper() == label)
+    return sorted(held)
+
+
+def _held_elsewhere(labels: Sequence[str], doc: str, evidence: Evidence) -> bool:
+    """Whether a document other than ``doc`` holds one of ``labels`` in its body."""
+    return any(key != doc for label in labels for key in _holders(label, evidence, keywords=False))
+
+
+def _bounded(label: str) -> str:
+    """A pattern for ``label`` as a whole word: 'W805' is not in 'W8050' nor in 'AW805'."""
+    return rf"(?<![0-9A-Za-z_-]){re.escape(label)}(?![0-9A-Za-z_-])"
+
+
+def _ranking_agrees(ranked: Sequence[RankedDoc], doc: str | None) -> bool:
+    """Whether the ranking or the dense channel alone puts ``doc`` first."""
+    return doc is not None and doc in ((ranked[0].doc_key if ranked else None), _dense_first(ranked))
 
 
 def _dense_first(ranked: Sequence[RankedDoc]) -> str | None:

@@ -201,6 +201,18 @@ def _is_code(token: str) -> bool:
     return any(c.isdigit() for c in token) or "_" in token or "-" in token
 
 
+# Labels as a query writes them: letters only in capitals (ECR, CPP), or capitals and digits with
+# both (W805, 32A, P7, L1). Running text indexes such a label only where a document defines it.
+LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
+MIXED_LABEL = re.compile(r"(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{2,8}")
+
+
+def query_labels(text: str) -> list[str]:
+    """The words of ``text`` shaped as a label (``LETTER_LABEL`` or ``MIXED_LABEL``), in order."""
+    words = (w for w in _WORD.findall(text) if LETTER_LABEL.fullmatch(w) or MIXED_LABEL.fullmatch(w))
+    return list(dict.fromkeys(words))
+
+
 def identifiers(text: str) -> list[str]:
     """Code-shaped identifiers in text, normalised to upper case with single separators."""
     found: dict[str, None] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from retrieval.engine import Evidence
 from retrieval.models import Tier
 from retrieval.precise import at_most_reference, precise_doc, unseen_names
@@ -9,6 +11,7 @@ from retrieval.ranking import RankedDoc
 from retrieval.relevance import Logistic, TierModel
 from storage.catalog_records import CatalogEntry
 from storage.keyword_index import L0Hit
+from storage.text import identifiers, query_labels, terms
 
 MODEL = TierModel(
     on_topic=Logistic(weights={"similarity": 20.0}, bias=-4.0, threshold=0.5),
@@ -36,6 +39,17 @@ def _entries(**bodies: str) -> dict[str, CatalogEntry]:
     }
 
 
+def _label_holders(
+    query: str, l0: tuple[L0Hit, ...], entries: dict[str, CatalogEntry]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """As the engine's full-text query finds them: the documents whose terms hold the label's."""
+    shorts = [h.term.upper() for h in l0 if h.kind == "code" and not identifiers(h.term)]
+    return tuple(
+        (label, tuple(sorted(k for k, e in entries.items() if set(terms(label)) <= set(terms(e.body)))))
+        for label in dict.fromkeys([*query_labels(query), *shorts])
+    )
+
+
 def _precise(
     hits: list[tuple[str, str, str]],
     entries: dict[str, CatalogEntry],
@@ -43,14 +57,16 @@ def _precise(
     unseen: tuple[str, ...] = (),
 ) -> str | None:
     """Graded as answerable; the dense channel ranks the documents in the order given."""
+    l0 = tuple(L0Hit(doc, kind, term) for doc, kind, term in hits)  # type: ignore[arg-type]
     evidence = Evidence(
         query=query,
-        l0=tuple(L0Hit(doc, kind, term) for doc, kind, term in hits),  # type: ignore[arg-type]
+        l0=l0,
         specific_keyword_docs=tuple(doc for doc, kind, _ in hits if kind == "keyword"),
         dense=(),
         lexical=(),
         term_weights=(),
         unseen=unseen,
+        label_holders=_label_holders(query, l0, entries),
     )
     ranked = [RankedDoc(k, 1.0 - i / 10, 0.9 - i / 10, 0.5, (), True) for i, k in enumerate(entries)]
     return precise_doc(evidence, ranked, ANSWERABLE, MODEL, entries, unseen_names(evidence))
@@ -153,3 +169,68 @@ def test_an_unseen_chinese_compound_before_a_matched_keyword_names_another_kind(
     # One unseen bigram at a word boundary, or one after a function character, is no name.
     assert _precise(hits, entries, "两格滤池反冲洗要隔多久", unseen=("格滤", "多久")) == "backwash"
     assert _precise(hits, entries, "池子里滤池多久冲洗", unseen=("子里", "里滤")) == "backwash"
+
+
+def _keyworded(entries: dict[str, CatalogEntry], doc: str, *keywords: str) -> dict[str, CatalogEntry]:
+    return {**entries, doc: replace(entries[doc], keywords=keywords)}
+
+
+def test_a_code_other_documents_prose_holds_names_its_definer_only_where_the_ranking_agrees() -> None:
+    # L1 is indexed only where the rota defines it (too short for running text), but the severity
+    # matrix's prose uses it too: a question the matrix ranks first is about the matrix.
+    matrix = "Only the IC may lower a severity; an L1 engineer may not."
+    entries = _entries(matrix=matrix, rota="- **L1**: the engineers on the floor.")
+    hits = [("rota", "code", "L1")]
+    assert _precise(hits, entries, "can L1 lower the severity") is None
+    assert _precise(hits, dict(reversed(entries.items())), "can L1 lower the severity") == "rota"
+    # Held by no other document, or a code running text counts (AL-1107), it stands as before.
+    alone = _entries(matrix="Only the IC may lower a severity.", rota="- **L1**: the engineers.")
+    assert _precise(hits, alone, "can L1 lower the severity") == "rota"
+    alarms = _entries(other="See AL-1107.", table="| AL-1107 | fan |")
+    assert _precise([("table", "code", "AL-1107")], alarms, "AL-1107") == "table"
+
+
+def test_a_letters_only_label_one_document_declares_counts_as_a_letters_only_code() -> None:
+    # Graded REFERENCE, the keyword rule names nothing; here no L0 hit is needed either.
+    entries = _keyworded(_entries(change="单号以 ECR 开头。", other="变更流程。"), "change", "ECR")
+    assert _precise([], entries, "ECR 开头的单子要补什么") == "change"
+    # Like a letters-only code: only where the ranking puts it first, and in capitals.
+    assert _precise([], dict(reversed(entries.items())), "ECR 开头的单子要补什么") is None
+    assert _precise([], entries, "ecr 开头的单子要补什么") is None
+    # Glossed in parentheses it is declared too; only used, or held by two documents, it is not.
+    glossed = _entries(guide="Close reasons: CPF (paid in full), CPP (partly paid).", other="x")
+    assert _precise([], glossed, "difference between CPP and CPF") == "guide"
+    assert _precise([], _entries(guide="Export the PDF.", other="x"), "where is the PDF") is None
+    shared = _keyworded(_entries(change="ECR 开头。", other="ECR 也要补录。"), "change", "ECR")
+    assert _precise([], shared, "ECR 开头的单子要补什么") is None
+
+
+def test_a_label_of_capitals_and_digits_the_index_misses_names_the_one_document_holding_it() -> None:
+    # W805 (one letter) is no identifier of running text, so no L0 hit; one document holds it,
+    # written inside Chinese text as well.
+    entries = _entries(errors="| W805 | Photo location mismatch |", guide="Upload photos.")
+    assert _precise([], entries, "上传照片后出现W805，要怎么处理") == "errors"
+    assert _precise([], dict(reversed(entries.items())), "上传照片后出现 W805") is None
+    assert _precise([], entries, "W8050 是什么") is None  # not a whole word of any document
+    # Digits first is also how a quantity is written: it counts only as a front-matter keyword.
+    delays = _entries(delays="| 32A | baggage offload |", gate="Use 32A for offloads.")
+    assert _precise([], delays, "32A") is None
+    assert _precise([], _keyworded(delays, "delays", "32A"), "32A") == "delays"
+    assert _precise([], _entries(spark="tables under 200MB", other="x"), "joins under 200MB") is None
+
+
+def test_a_code_a_runbook_lists_as_a_keyword_is_named_by_the_table_that_defines_it() -> None:
+    # The runbook tags the alarm it handles among its keywords; the table's row says what it is.
+    entries = _keyworded(
+        _entries(
+            table="| Code | Meaning |\n|---|---|\n| RF-201 | compressor high-pressure trip |\n",
+            runbook="When a reefer unit stops (for example RF-201), call the control tower.",
+        ),
+        "runbook",
+        "RF-201",
+    )
+    hits = [("table", "code", "RF-201"), ("runbook", "code", "RF-201")]
+    assert _precise(hits, entries, "RF-201") == "table"
+    # Two tables defining it name neither.
+    both = {**entries, "runbook": replace(entries["table"], doc_key="runbook")}
+    assert _precise(hits, both, "RF-201") is None
