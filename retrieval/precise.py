@@ -253,9 +253,11 @@ def _declared_letter_labels(evidence: Evidence, entries: Mapping[str, CatalogEnt
     table or list defines it; held by no other document, it is as specific as a code in a table's
     body row, and is treated as one (``_by_letter_codes``). An acronym the body only uses (PDF,
     JOIN) is not declared, and one the author lists in several documents names none. Over the
-    fourteen evaluation sets this made four questions PRECISE, each on its labelled document: two
-    codes (ECR, CPP and CWP), "the PMS has been down" and "huawei RMA"; counting every capitals
-    word one document holds instead made fourteen more, PDF and CT among them, and was not kept.
+    fourteen evaluation sets this made three questions PRECISE, each on its labelled document: two
+    codes (ECR, CPP and CWP) and "huawei RMA"; counting every capitals word one document holds
+    instead made fourteen more, PDF and CT among them, and was not kept. The holders come from
+    the full-text index, which ignores case: "PMS" is no declared label where another document's
+    text says "pms".
     """
     found: dict[str, str] = {}
     for label in dict.fromkeys(w for w in _WORD.findall(evidence.query) if LETTER_LABEL.fullmatch(w)):
