@@ -256,8 +256,8 @@ def _declared_letter_labels(evidence: Evidence, entries: Mapping[str, CatalogEnt
     fourteen evaluation sets this made three questions PRECISE, each on its labelled document: two
     codes (ECR, CPP and CWP) and "huawei RMA"; counting every capitals word one document holds
     instead made fourteen more, PDF and CT among them, and was not kept. The holders come from
-    the full-text index, which ignores case: "PMS" is no declared label where another document's
-    text says "pms".
+    the full-text index, which splits codes at their separators: "PMS" is no declared label where
+    other documents hold codes such as PMS-E104.
     """
     found: dict[str, str] = {}
     for label in dict.fromkeys(w for w in _WORD.findall(evidence.query) if LETTER_LABEL.fullmatch(w)):
