@@ -6,10 +6,6 @@ killed serving process."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +19,7 @@ from retrieval.service import LookupService
 from server.console import builder
 from server.console.builder import PageProcess
 from server.protocol.admission import InFlight
-from tests.test_console_process import _wait_gone
+from tests.test_console_process import _wait_gone, killed_owner_leaves_no_worker
 
 
 def _stopped(pid: int, seconds: float = 0.25) -> bool:
@@ -145,21 +141,6 @@ if __name__ == "__main__":
 
 def test_a_held_page_process_dies_with_its_killed_serving_process(tmp_path: Path) -> None:
     """Stopped, the worker runs no check of its own: the kernel kills it with its parent."""
-    script = tmp_path / "owner.py"
-    script.write_text(_OWNER, encoding="utf-8")
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
-    pid = 0
-    try:
-        assert owner.stdout is not None
-        pid = int(owner.stdout.readline())
-        assert _stopped(pid)
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(timeout=30)
-        assert _wait_gone(pid, seconds=10), "a held page process outlived its killed serving process"
-    finally:
-        owner.kill()
-        owner.wait(timeout=30)
-        if pid and not _wait_gone(pid, seconds=0.1):  # the test failed: leave no orphan behind
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGKILL)
+    assert killed_owner_leaves_no_worker(tmp_path, _OWNER, held=True), (
+        "a held page process outlived its killed serving process"
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,31 @@ def _wait_gone(pid: int, seconds: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def killed_owner_leaves_no_worker(tmp_path: Path, owner: str, *, held: bool) -> bool:
+    """Run ``owner`` (a script that starts a page process and prints its pid), check the worker
+    is running (or, ``held``, stopped), kill the owner with SIGKILL: whether the worker is gone
+    within 10 seconds after. A worker left behind is killed."""
+    script = tmp_path / "owner.py"
+    script.write_text(owner, encoding="utf-8")
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
+    pid = 0
+    try:
+        assert process.stdout is not None
+        pid = int(process.stdout.readline())
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert (state == "T") == held, f"the page process is in state {state}"
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        return _wait_gone(pid, seconds=10)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        if pid and not _wait_gone(pid, seconds=0.1):  # the test failed: leave no orphan behind
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
 
 
 def _pid(client: TestClient, console: Console) -> int:

@@ -147,26 +147,8 @@ if __name__ == "__main__":
 
 def test_a_page_process_whose_serving_process_is_killed_exits_by_itself(tmp_path: Path) -> None:
     """Killed, the serving process cannot stop its worker: the worker notices and exits."""
-    import signal
-    import subprocess
-    import sys
+    from tests.test_console_process import killed_owner_leaves_no_worker
 
-    from tests.test_console_process import _wait_gone
-
-    script = tmp_path / "owner.py"
-    script.write_text(_OWNER, encoding="utf-8")
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
-    pid = 0
-    try:
-        assert owner.stdout is not None
-        pid = int(owner.stdout.readline())
-        assert not _wait_gone(pid, seconds=1.0)
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(timeout=30)
-        assert _wait_gone(pid, seconds=30), "the page process outlived its killed serving process"
-    finally:
-        owner.kill()
-        owner.wait(timeout=30)
-        if pid and not _wait_gone(pid, seconds=0.1):  # the test failed: leave no orphan behind
-            os.kill(pid, signal.SIGKILL)
+    assert killed_owner_leaves_no_worker(tmp_path, _OWNER, held=False), (
+        "the page process outlived its killed serving process"
+    )
