@@ -51,6 +51,7 @@ from storage.text import (
     code_label,
     defined_codes,
     identifiers,
+    query_labels,
 )
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")
@@ -260,7 +261,7 @@ def _declared_letter_labels(evidence: Evidence, entries: Mapping[str, CatalogEnt
     other documents hold codes such as PMS-E104.
     """
     found: dict[str, str] = {}
-    for label in dict.fromkeys(w for w in _WORD.findall(evidence.query) if LETTER_LABEL.fullmatch(w)):
+    for label in (w for w in query_labels(evidence.query) if LETTER_LABEL.fullmatch(w)):
         holders = _holders(label, evidence, keywords=True)
         if len(holders) != 1 or holders[0] not in entries:
             continue
@@ -286,7 +287,7 @@ def _by_unindexed_label(evidence: Evidence, entries: Mapping[str, CatalogEntry])
     document: two codes (W805, 32A) and "我是 P7" and "M16 压板螺丝"; with digits first held by the
     body alone, "under 200MB" became PRECISE too (right, but a size is no name).
     """
-    labels = {w for w in _WORD.findall(evidence.query) if MIXED_LABEL.fullmatch(w)}
+    labels = {w for w in query_labels(evidence.query) if MIXED_LABEL.fullmatch(w)}
     labels -= {h.term.upper() for h in evidence.l0 if h.kind == "code"}
     owners: set[str | None] = set()
     for label in labels:

@@ -205,11 +205,14 @@ def _is_code(token: str) -> bool:
 # both (W805, 32A, P7, L1). Running text indexes such a label only where a document defines it.
 LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
 MIXED_LABEL = re.compile(r"(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{2,8}")
+_CODE_WORD = re.compile(r"[0-9A-Za-z_-]+")
 
 
 def query_labels(text: str) -> list[str]:
-    """The words of ``text`` shaped as a label (``LETTER_LABEL`` or ``MIXED_LABEL``), in order."""
-    words = (w for w in _WORD.findall(text) if LETTER_LABEL.fullmatch(w) or MIXED_LABEL.fullmatch(w))
+    """The words of ``text`` shaped as a label (``LETTER_LABEL`` or ``MIXED_LABEL``), in order.
+
+    A word joined to others by '-' or '_' is part of a code (JH-R-D03), not a label of its own."""
+    words = (w for w in _CODE_WORD.findall(text) if LETTER_LABEL.fullmatch(w) or MIXED_LABEL.fullmatch(w))
     return list(dict.fromkeys(words))
 
 

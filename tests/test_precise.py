@@ -212,6 +212,8 @@ def test_a_label_of_capitals_and_digits_the_index_misses_names_the_one_document_
     assert _precise([], entries, "上传照片后出现W805，要怎么处理") == "errors"
     assert _precise([], dict(reversed(entries.items())), "上传照片后出现 W805") is None
     assert _precise([], entries, "W8050 是什么") is None  # not a whole word of any document
+    # A word joined to others by a separator is part of a code, not a label: Q7 is not XY-Q7.
+    assert _precise([], _entries(errors="| Q7 | fan stalled |", guide="x"), "XY-Q7 是什么") is None
     # Digits first is also how a quantity is written: it counts only as a front-matter keyword.
     delays = _entries(delays="| 32A | baggage offload |", gate="Use 32A for offloads.")
     assert _precise([], delays, "32A") is None
