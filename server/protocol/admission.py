@@ -51,10 +51,10 @@ class InFlight:
                 f"against this session: retry in about {RETRY_AFTER_S} s"
             )
         self.count += 1
-        if self.count == 1:
-            for busy, _ in self._watchers:
-                busy()
         try:
+            if self.count == 1:  # inside the try: the count is given back whatever a watcher does
+                for busy, _ in self._watchers:
+                    busy()
             yield
         finally:
             self.count -= 1
