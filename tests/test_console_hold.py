@@ -60,6 +60,18 @@ def test_watchers_hear_when_lookups_start_beside_none_and_when_the_last_ends() -
     assert heard == ["busy", "idle"]
 
 
+def test_a_failing_watcher_leaves_no_lookup_counted_in_flight() -> None:
+    lookups = InFlight()
+
+    def fail() -> None:
+        raise RuntimeError("watcher failed")
+
+    lookups.watch(fail, lambda: None)
+    with pytest.raises(RuntimeError, match="watcher failed"), lookups.admit(4):
+        pass
+    assert lookups.count == 0
+
+
 def test_a_served_lookup_holds_the_page_process_stopped_until_it_ends(
     make_resources: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
