@@ -19,7 +19,7 @@ from retrieval.service import LookupService
 from server.console import builder
 from server.console.builder import PageProcess
 from server.protocol.admission import InFlight
-from tests.test_console_process import _wait_gone, killed_owner_leaves_no_worker
+from tests.test_console_process import _wait_gone, killed_owner_leaves_no_worker, process_state
 
 
 def _stopped(pid: int, seconds: float = 0.25) -> bool:
@@ -27,8 +27,7 @@ def _stopped(pid: int, seconds: float = 0.25) -> bool:
     takes effect when its target is next scheduled, not when it is sent."""
     deadline = time.monotonic() + seconds
     while True:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "T":
+        if process_state(pid) == "T":
             return True
         if time.monotonic() > deadline:
             return False

@@ -39,6 +39,11 @@ def _wait_gone(pid: int, seconds: float = 30.0) -> bool:
     return False
 
 
+def process_state(pid: int) -> str:
+    """The process's state letter in /proc/PID/stat (T: stopped by a signal)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def killed_owner_leaves_no_worker(tmp_path: Path, owner: str, *, held: bool) -> bool:
     """Run ``owner`` (a script that starts a page process and prints its pid), check the worker
     is running (or, ``held``, stopped), kill the owner with SIGKILL: whether the worker is gone
@@ -51,7 +56,7 @@ def killed_owner_leaves_no_worker(tmp_path: Path, owner: str, *, held: bool) -> 
     try:
         assert process.stdout is not None
         pid = int(process.stdout.readline())
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = process_state(pid)
         assert (state == "T") == held, f"the page process is in state {state}"
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
