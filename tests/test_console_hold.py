@@ -19,25 +19,13 @@ from retrieval.service import LookupService
 from server.console import builder
 from server.console.builder import PageProcess
 from server.protocol.admission import InFlight
-from tests.test_console_process import _wait_gone, killed_owner_leaves_no_worker, process_state
-
-
-def _stopped(pid: int, seconds: float = 0.25) -> bool:
-    """The process is stopped by a signal (state T in /proc/PID/stat) within ``seconds``: a signal
-    takes effect when its target is next scheduled, not when it is sent."""
-    deadline = time.monotonic() + seconds
-    while True:
-        if process_state(pid) == "T":
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
+from tests.test_console_process import _wait_gone, killed_owner_leaves_no_worker, stopped_within
 
 
 def _running(pid: int, seconds: float = 0.25) -> bool:
     """The process is not stopped, or no longer within ``seconds``."""
     deadline = time.monotonic() + seconds
-    while _stopped(pid, seconds=0):
+    while stopped_within(pid, seconds=0):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)
@@ -83,7 +71,7 @@ def test_a_served_lookup_holds_the_page_process_stopped_until_it_ends(
     lookup = LookupService.lookup
 
     async def observed(self: LookupService, *args: Any, **kwargs: Any) -> Any:
-        seen.append(_stopped(pid))
+        seen.append(stopped_within(pid))
         return await lookup(self, *args, **kwargs)
 
     monkeypatch.setattr(LookupService, "lookup", observed)
@@ -118,11 +106,11 @@ def test_a_hold_ends_by_itself_after_its_bound_and_close_resumes_a_held_worker(
         with anyio.fail_after(120):
             pid = await pages.pid()
         pages.hold()
-        assert _stopped(pid)
+        assert stopped_within(pid)
         await asyncio.sleep(0.6)  # lookups that never end do not starve the pages
         assert _running(pid)
         pages.hold()
-        assert _stopped(pid)
+        assert stopped_within(pid)
         with anyio.fail_after(60):
             await asyncio.to_thread(pages.close)  # would wait for ever on a stopped worker
         assert _wait_gone(pid, seconds=30)
