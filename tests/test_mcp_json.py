@@ -12,8 +12,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from server.config.http_settings import HttpSettings
-from server.config.sections import ENV_PREFIX
-from tests.helpers import ROOT, outer_env
+from tests.helpers import ROOT, cli_env
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +25,9 @@ async def test_stdio_entry_starts_a_working_server(data_dir: Path, tmp_path: Pat
     entry = _config()["lookup-knowledge"]
     assert set(entry) == {"command", "args", "env"}
     # As an installed client would: the console script on PATH, started from an unrelated directory.
-    env = outer_env()
+    # The entry's own variables over the test's data directory (and Milvus target, on a server run).
+    env = cli_env(data_dir, **entry["env"])
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(entry["env"])
-    env[f"{ENV_PREFIX}DATA_DIR"] = str(data_dir)
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env, cwd=str(tmp_path))
     with anyio.fail_after(120):
         async with Client(params, mode="legacy") as client:
