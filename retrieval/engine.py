@@ -24,6 +24,7 @@ from retrieval.background import Background
 from retrieval.embedders import QueryEncoding
 from retrieval.knowledge_map import knowledge_map_of
 from retrieval.models import KnowledgeMap
+from retrieval.places import places_named, written_terms
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
 from storage.catalog import Catalog
@@ -87,6 +88,9 @@ class Evidence:
     # label -> up to three documents whose text holds it as a word, for each label-shaped word of
     # the query and each code hit running text would not count as a code (retrieval.precise).
     label_holders: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Each place the query names (retrieval.places, lower-cased) and whether the knowledge base
+    # writes it, in either script.
+    places: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,9 @@ class KnowledgeEngine:
         # Its full-text queries need only the L0 hits: run before the wait, not after it.
         specific = self._specific_keyword_docs(l0)
         holders = self._label_holders(query, l0)
+        places = tuple(
+            (place, _written(view, place)) for place in places_named(query, view.lexical.frequency)
+        )
         visible_lexical = tuple(h for h in lexical_hits if h.chunk_id in view.chunks)
         language = detect_language(query)
         background = self._background.similarity(encoding.vector) if self._background else 0.0
@@ -250,6 +257,7 @@ class KnowledgeEngine:
             unseen=unseen,
             background=background,
             label_holders=holders,
+            places=places,
         )
         with self._lock:
             self._evidence[(view.generation, query, domain)] = evidence
@@ -354,6 +362,11 @@ def _lexical(
     unseen = tuple(t for t, frequency in stats.frequency.items() if not frequency)
     useful = _useful_terms(weights, stats.total)  # the same chunk count the weights were taken over
     return weights, unseen, view.lexical.search(useful, limit=LEXICAL_LIMIT, domain=domain)
+
+
+def _written(view: KnowledgeView, place: str) -> bool:
+    """Whether some chunk holds every term of one of the place's spellings."""
+    return any(all(view.lexical.frequency(t) for t in spelled) for spelled in written_terms(place))
 
 
 def _useful_terms(weights: dict[str, float], chunk_count: int) -> list[str]:

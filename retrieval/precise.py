@@ -40,11 +40,13 @@ from collections.abc import Mapping, Sequence
 
 from retrieval.engine import Evidence
 from retrieval.models import Tier
+from retrieval.places import HOME_PLACES
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
 from storage.catalog_records import CatalogEntry
 from storage.text import (
     CJK,
+    CJK_FUNCTION_CHARS,
     LETTER_LABEL,
     MIN_CODE_CHARS,
     MIXED_LABEL,
@@ -55,17 +57,17 @@ from storage.text import (
 )
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")
-# Characters that end a Chinese compound rather than belong to one: particles, pronouns,
-# prepositions, auxiliaries and question words ("的", "里", "在", "要", "多久"). Over the eleven
-# evaluation sets an unseen compound of two or more other characters before a matched title or
-# keyword was found in 5 of 1,107 questions: the near-domain "南山水厂的活性炭滤池多久更换一次炭"
-# (the knowledge base has V-type sand filters only), and four answerable ones that stay as they
-# were (three REFERENCE, one PRECISE by a full code).
-_CJK_FUNCTION_CHARS = frozenset(
-    "的地得了着过在里和与及或把被给从向对就都也还要能会可让是有吗呢吧啊么这那哪个一我你他她它们"
-    "将已每各该不没很最更再又才先后前上下中内外时多少几怎什为请如"
-)
+# Over the eleven evaluation sets an unseen compound of two or more characters other than
+# function characters (``CJK_FUNCTION_CHARS``) before a matched title or keyword was found in 5 of
+# 1,107 questions: the near-domain "南山水厂的活性炭滤池多久更换一次炭" (the knowledge base has V-type
+# sand filters only), and four answerable ones that stay as they were (three REFERENCE, one
+# PRECISE by a full code).
 _CJK_NAME_CHARS = 2
+# Words that end a Chinese place or unit name: its kind (a city, a country, a branch, an airport,
+# a campus, a site), longest first so that 分公司 is read before 公司.
+_CJK_PLACE = re.compile(
+    "分公司|子公司|办事处|分行|支行|分部|分院|分校|校区|园区|厂区|机场|港口|省|市|县|区|镇|国"
+)
 
 
 def precise_doc(
@@ -124,12 +126,17 @@ def precise_doc(
 
 def unseen_names(evidence: Evidence) -> list[str]:
     """The query's terms the knowledge base never holds that name something: with a digit (a code,
-    a number), capitalised after the first word (a proper noun), or, in Chinese, which has no
-    such mark, an unseen compound right before a term the query matches exactly (``cjk_kinds``)."""
+    a number), capitalised after the first word (a proper noun), a listed place it writes in
+    neither script (``retrieval.places``), or, in Chinese, which has no capitals, an unseen
+    compound right before a term the query matches exactly (``cjk_kinds``) or a word for a kind
+    of place (``cjk_places``)."""
     words = _WORD.findall(evidence.query)
     proper = {w.lower() for w in words[1:] if w[0].isupper()}
-    latin = [t for t in evidence.unseen if t in proper or any(c.isdigit() for c in t)]
-    return sorted([*latin, *cjk_kinds(evidence)])
+    # A place the knowledge base writes in the other script is no unseen name (Chengdu: 成都).
+    written = {word for place, held in evidence.places if held for word in place.split()}
+    latin = [t for t in evidence.unseen if (t in proper or any(c.isdigit() for c in t)) and t not in written]
+    places = [place for place, held in evidence.places if not held and place not in HOME_PLACES]
+    return sorted({*latin, *places, *cjk_kinds(evidence), *cjk_places(evidence)})
 
 
 def cjk_kinds(evidence: Evidence) -> list[str]:
@@ -150,13 +157,32 @@ def cjk_kinds(evidence: Evidence) -> list[str]:
             while (
                 start > 0
                 and CJK.fullmatch(query[start - 1])
-                and query[start - 1] not in _CJK_FUNCTION_CHARS
+                and query[start - 1] not in CJK_FUNCTION_CHARS
                 and query[start - 1 : start + 1] in unseen
             ):
                 start -= 1
             if at - start >= _CJK_NAME_CHARS:
                 found.setdefault(query[start:at], None)
             at = query.find(term, at + 1)
+    return list(found)
+
+
+def cjk_places(evidence: Evidence) -> list[str]:
+    """Unseen Chinese names of a place or an organisation's unit: the compound before a word that
+    says what kind of place it is (成都|分公司, 日本|子公司, 首都|机场), built as ``cjk_kinds``
+    builds a compound. A branch, a city or an airport the knowledge base never writes is one it
+    has nothing specific on, as "the Hangzhou campus" is in English, which capitals mark."""
+    unseen = set(evidence.unseen)
+    query = evidence.query
+    found: dict[str, None] = {}
+    for match in _CJK_PLACE.finditer(query):
+        at = start = match.start()
+        # Function characters are names' too here (成都, 首都): only a leading one is cut off.
+        while start > 0 and CJK.fullmatch(query[start - 1]) and query[start - 1 : start + 1] in unseen:
+            start -= 1
+        name = query[start:at].lstrip(CJK_FUNCTION_CHARS)
+        if len(name) >= _CJK_NAME_CHARS:
+            found.setdefault(name, None)
     return list(found)
 
 
