@@ -64,7 +64,7 @@ _WORD = re.compile(r"[0-9A-Za-z_]+")
 # PRECISE by a full code).
 _CJK_NAME_CHARS = 2
 # Words that end a Chinese place or unit name: its kind (a city, a country, a branch, an airport,
-# a campus, a site), longest first so that 分公司 is read before 公司.
+# a campus, a site). Not 公司 alone, which is mostly the company itself ("来公司").
 _CJK_PLACE = re.compile(
     "分公司|子公司|办事处|分行|支行|分部|分院|分校|校区|园区|厂区|机场|港口|省|市|县|区|镇|国"
 )
@@ -169,15 +169,15 @@ def cjk_kinds(evidence: Evidence) -> list[str]:
 
 def cjk_places(evidence: Evidence) -> list[str]:
     """Unseen Chinese names of a place or an organisation's unit: the compound before a word that
-    says what kind of place it is (成都|分公司, 日本|子公司, 首都|机场), built as ``cjk_kinds``
-    builds a compound. A branch, a city or an airport the knowledge base never writes is one it
-    has nothing specific on, as "the Hangzhou campus" is in English, which capitals mark."""
+    says what kind of place it is (成都|分公司, 日本|子公司, 首都|机场), two or more characters
+    whose bigrams the knowledge base never holds. A branch, a city or an airport it never writes
+    is one it has nothing specific on, as "the Hangzhou campus" is in English, which capitals mark."""
     unseen = set(evidence.unseen)
     query = evidence.query
     found: dict[str, None] = {}
     for match in _CJK_PLACE.finditer(query):
         at = start = match.start()
-        # Function characters are names' too here (成都, 首都): only a leading one is cut off.
+        # A function character may belong to a name here (成都, 首都): only a leading one is cut off.
         while start > 0 and CJK.fullmatch(query[start - 1]) and query[start - 1 : start + 1] in unseen:
             start -= 1
         name = query[start:at].lstrip(CJK_FUNCTION_CHARS)

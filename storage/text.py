@@ -118,8 +118,6 @@ _STOPWORDS = frozenset(
 )
 
 
-# Chinese function words: bigrams every question has ("怎么", "哪个"), which would otherwise
-# count as lexical evidence for whichever chunk happens to contain them.
 # Characters that end a Chinese compound rather than belong to one: particles, pronouns,
 # prepositions, auxiliaries and question words ("的", "里", "在", "要", "多久"). A string, for
 # ``str.strip`` and ``in`` alike.
@@ -127,6 +125,8 @@ CJK_FUNCTION_CHARS = (
     "的地得了着过在里和与及或把被给从向对就都也还要能会可让是有吗呢吧啊么这那哪个一我你他她它们"
     "将已每各该不没很最更再又才先后前上下中内外时多少几怎什为请如"
 )
+# Chinese function words: bigrams every question has ("怎么", "哪个"), which would otherwise
+# count as lexical evidence for whichever chunk happens to contain them.
 _CJK_STOP_BIGRAMS = frozenset(
     [
         "怎么",
