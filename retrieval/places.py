@@ -83,11 +83,14 @@ PLACES: tuple[tuple[str, str], ...] = tuple(
     if line and not line.startswith("#")
     for zh, en in (entry.split(":") for entry in line.split(", "))
 )
-# A place's English name, lower-cased, is its identity; each spelling maps to it.
+# A place's first English name, lower-cased, is its identity; each spelling maps to it, and the
+# identity to every spelling.
 _IDENTITY: dict[str, str] = {}
+_SPELLINGS: dict[str, dict[str, None]] = {}  # identity -> its spellings, in order, once each
 for _zh, _en in PLACES:
     _IDENTITY.setdefault(_zh, _en.lower())
     _IDENTITY[_en.lower()] = _IDENTITY[_zh]
+    _SPELLINGS.setdefault(_IDENTITY[_zh], {}).update(dict.fromkeys((_zh, _en.lower())))
 # Places a knowledge base seldom writes because it is in them: unwritten, they are no unseen name.
 HOME_PLACES = frozenset({"中国", "china"})
 # Chinese names by their first character, longest first, so that 印度尼西亚 is read before 印度
@@ -162,12 +165,11 @@ def _joined(edge: str, neighbour: str, frequency: Callable[[str], int]) -> bool:
 
 
 def spellings(place: str) -> list[str]:
-    """Every spelling of ``place`` (as ``places_named`` gives it), lower-cased."""
-    identity = _IDENTITY.get(place, place)
-    return [name.lower() for zh, en in PLACES if _IDENTITY[zh] == identity for name in (zh, en)]
+    """Every spelling of ``place`` (as ``places_named`` gives it), lower-cased, once each."""
+    return list(_SPELLINGS.get(_IDENTITY.get(place, place), {place: None}))
 
 
 def written_terms(place: str) -> list[list[str]]:
     """The lexical terms of each spelling of ``place``: a knowledge base writes the place where
     it holds every term of one of them."""
-    return [terms(name) for name in dict.fromkeys(spellings(place))]
+    return [terms(name) for name in spellings(place)]

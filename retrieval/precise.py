@@ -153,16 +153,9 @@ def cjk_kinds(evidence: Evidence) -> list[str]:
     for term in {h.term for h in evidence.l0 if h.kind != "code" and CJK.search(h.term)}:
         at = query.find(term)
         while at > 0:
-            start = at
-            while (
-                start > 0
-                and CJK.fullmatch(query[start - 1])
-                and query[start - 1] not in CJK_FUNCTION_CHARS
-                and query[start - 1 : start + 1] in unseen
-            ):
-                start -= 1
-            if at - start >= _CJK_NAME_CHARS:
-                found.setdefault(query[start:at], None)
+            compound = _unseen_before(query, at, unseen, stop=CJK_FUNCTION_CHARS)
+            if len(compound) >= _CJK_NAME_CHARS:
+                found.setdefault(compound, None)
             at = query.find(term, at + 1)
     return list(found)
 
@@ -176,14 +169,25 @@ def cjk_places(evidence: Evidence) -> list[str]:
     query = evidence.query
     found: dict[str, None] = {}
     for match in _CJK_PLACE.finditer(query):
-        at = start = match.start()
         # A function character may belong to a name here (成都, 首都): only a leading one is cut off.
-        while start > 0 and CJK.fullmatch(query[start - 1]) and query[start - 1 : start + 1] in unseen:
-            start -= 1
-        name = query[start:at].lstrip(CJK_FUNCTION_CHARS)
+        name = _unseen_before(query, match.start(), unseen, stop="").lstrip(CJK_FUNCTION_CHARS)
         if len(name) >= _CJK_NAME_CHARS:
             found.setdefault(name, None)
     return list(found)
+
+
+def _unseen_before(query: str, at: int, unseen: set[str], *, stop: str) -> str:
+    """The Chinese characters right before ``at`` that each form, with the character after them,
+    a bigram the knowledge base never holds; the walk back ends at a character of ``stop``."""
+    start = at
+    while (
+        start > 0
+        and CJK.fullmatch(query[start - 1])
+        and query[start - 1] not in stop
+        and query[start - 1 : start + 1] in unseen
+    ):
+        start -= 1
+    return query[start:at]
 
 
 def at_most_reference(tier: Tier, names: Sequence[str]) -> Tier:
