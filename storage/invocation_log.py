@@ -119,6 +119,9 @@ class InvocationLog:
         self._commits = 0
         self._checkpointed_at = time.monotonic()
         self._checkpointing: asyncio.Task[None] | None = None
+        # Set when a reader kept the last checkpoint from emptying the WAL: the WAL's size alone
+        # starts no other before this time (time.monotonic), or each commit would start one.
+        self._retry_at = 0.0
 
     @classmethod
     async def open(
@@ -264,7 +267,10 @@ class InvocationLog:
         # on the lookup path; and counting commits per process let a WAL shared by several
         # processes reach 21.5 MB. The WAL's own size is what every process sees.
         self._commits += 1
-        if log_retention.wal_bytes(self.path) >= log_retention.CHECKPOINT_WAL_BYTES:
+        if (
+            time.monotonic() >= self._retry_at
+            and log_retention.wal_bytes(self.path) >= log_retention.CHECKPOINT_WAL_BYTES
+        ):
             self.checkpoint_soon()
 
     def checkpoint_soon(self, *, due_only: bool = False) -> None:
@@ -281,7 +287,8 @@ class InvocationLog:
     async def _checkpoint(self) -> None:
         # On a connection of its own, not the log's: the next row must not queue behind it.
         try:
-            await log_retention.checkpoint(self.path)
+            if not await log_retention.checkpoint(self.path):
+                self._retry_at = time.monotonic() + log_retention.CHECKPOINT_RETRY_S
         except sqlite3.Error as exc:
             logger.warning("invocation log checkpoint skipped: %s", exc)
 

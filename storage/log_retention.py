@@ -31,6 +31,9 @@ WRITE_BUSY_TIMEOUT_S = 0.1
 # How long a checkpoint waits for the lock and for readers: well under the writers' wait, as a
 # checkpoint holds the lock while it waits.
 CHECKPOINT_BUSY_TIMEOUT_S = WRITE_BUSY_TIMEOUT_S / 5
+# After a checkpoint that a reader kept from emptying the WAL, the WAL stays over
+# CHECKPOINT_WAL_BYTES: the next one waits this long instead of starting after every commit.
+CHECKPOINT_RETRY_S = 1.0
 # Rows deleted per transaction: a few milliseconds of write lock each.
 BATCH = 2000
 
@@ -95,18 +98,33 @@ async def prune_step(db: aiosqlite.Connection, retention: Retention, now: float)
     return Pruned(rows, gaps, memories)
 
 
-async def checkpoint(path: Path) -> None:
-    """A TRUNCATE checkpoint on a connection of its own: the WAL is copied and emptied.
+async def checkpoint(path: Path) -> bool:
+    """Copy the WAL into the database and empty it, on a connection of its own; False if a reader
+    kept it from being emptied (the next checkpoint tries again).
 
-    PASSIVE never blocked the writer, but under a steady stream of rows it never caught up with
-    the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
-    TRUNCATE holds the write lock for the copy (milliseconds for the 1 MiB that triggers it);
-    a row written meanwhile waits for it on the log's connection, off the event loop. It also
-    holds that lock while it waits for readers of older snapshots (a console page reading a
-    large log at idle priority) to end, for as long as its busy timeout: so that timeout is
-    CHECKPOINT_BUSY_TIMEOUT_S, well under the writers' own, and a checkpoint that finds a
-    reader gives up (the WAL is copied but not emptied) and the next one empties it.
+    PASSIVE alone never blocked the writer, but under a steady stream of rows it never caught up
+    with the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
+    TRUNCATE alone held the write lock for the whole copy and the database's fsync: on a busy
+    virtual disk that fsync took 180-210 ms, past the writers' WRITE_BUSY_TIMEOUT_S, and the row
+    written meanwhile was given up. So the copy and its fsync run first as PASSIVE, beside the
+    writers; then TRUNCATE, holding the lock, copies only the rows written during that copy and
+    empties the WAL. TRUNCATE also holds the lock while it waits for readers of older snapshots
+    (a console page reading a large log at idle priority) to end, for as long as its busy
+    timeout: so it runs only when PASSIVE found no such reader, and that timeout is
+    CHECKPOINT_BUSY_TIMEOUT_S, well under the writers' own.
     """
     async with aiosqlite.connect(path, timeout=CHECKPOINT_BUSY_TIMEOUT_S) as db:
         await db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
-        await db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _, frames, copied = await _checkpoint(db, "PASSIVE")
+        if copied < frames:  # a reader's older snapshot still needs the frames past it
+            return False
+        busy, _, _ = await _checkpoint(db, "TRUNCATE")
+        return not busy
+
+
+async def _checkpoint(db: aiosqlite.Connection, mode: str) -> tuple[int, int, int]:
+    """``PRAGMA wal_checkpoint(mode)``: (busy, frames in the WAL, frames copied)."""
+    async with db.execute(f"PRAGMA wal_checkpoint({mode})") as cursor:
+        row = await cursor.fetchone()
+    assert row is not None  # the pragma always answers one row
+    return int(row[0]), int(row[1]), int(row[2])

@@ -573,15 +573,49 @@ async def test_rows_are_written_while_a_checkpoint_finds_a_reader_of_an_older_sn
             for call in range(21, 31):
                 assert await log.record(make_record(call_index=call))
                 await asyncio.sleep(log_retention.WRITE_BUSY_TIMEOUT_S / 4)
-            await checkpoint
+            assert await checkpoint is False
             assert log.failures == 0 and wal_bytes(log.path) > 0  # the reader kept the WAL
             reader.execute("COMMIT")
-            await log_retention.checkpoint(log.path)
+            assert await log_retention.checkpoint(log.path) is True
             assert wal_bytes(log.path) == 0
     finally:
         reader.close()
         await log.close()
     assert [r["call_index"] for r in rows(log.path)] == list(range(31))
+
+
+async def test_a_checkpoint_kept_from_emptying_the_wal_is_retried_after_a_pause_not_after_each_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the WAL's size threshold every commit would start a checkpoint; while a reader holds an
+    old snapshot none of them can empty it, so the next one waits CHECKPOINT_RETRY_S."""
+    monkeypatch.setattr(log_retention, "CHECKPOINT_WAL_BYTES", 64 * 1024)
+    started: list[float] = []
+    checkpoint = log_retention.checkpoint
+
+    async def counted(path: Path) -> bool:
+        started.append(time.monotonic())
+        return await checkpoint(path)
+
+    monkeypatch.setattr(log_retention, "checkpoint", counted)
+    log = await InvocationLog.open(tmp_path / "log.sqlite", log_queries=True, synchronous="NORMAL")
+    reader = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
+    try:
+        with anyio.fail_after(60):
+            assert await log.record(make_record(call_index=0))
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM tool_invocation").fetchall()  # the snapshot is held
+            began = time.monotonic()
+            for call in range(1, 121):
+                assert await log.record(make_record(call_index=call, query="x" * 4000))
+                await asyncio.sleep(0.001)  # the background checkpoint runs between calls
+            elapsed = time.monotonic() - began
+            assert wal_bytes(log.path) >= log_retention.CHECKPOINT_WAL_BYTES  # the reader kept it
+    finally:
+        reader.close()
+        await log.close()
+    allowed = 1 + int(elapsed / log_retention.CHECKPOINT_RETRY_S)
+    assert 1 <= len(started) <= allowed, f"{len(started)} checkpoints in {elapsed:.2f} s"
 
 
 async def test_a_server_applies_retention_in_the_background(make_server: Any, data_dir: Path) -> None:
