@@ -15,7 +15,8 @@ Then, over loopback HTTP:
   noise alone gives. The browser is a process started before its block's lookups are timed.
   The conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of
   them; the medians and p95s compared come from this one run, and ``accepted`` says whether
-  lookup p95 with the console loaded stayed within ACCEPT_P95_RATIO of lookups alone.
+  lookup p95 with the console loaded stayed within ACCEPT_P95_RATIO of lookups alone
+  (``block_medians_ms``: each block's median, round by round, shows a drift of the machine);
   ``--what-costs`` compares the parts of the back-to-back load instead (WHAT_COSTS): CPU burnt
   at the page process's idle priority with no page at all, and pages without pause that the
   page cache answers (only their HTTP handling is left in the serving process);
@@ -347,14 +348,17 @@ async def _compare(
     from mcp.client.streamable_http import streamable_http_client
 
     samples: dict[str, list[float]] = {name: [] for name in conditions}
+    blocks: list[dict[str, float]] = []
     served: dict[str, dict[str, list[float]]] = {name: {} for name in conditions}
     async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
         await _lookup_batch(client, 90_000, 3)  # the session's first calls are not timed
         first = 0
         for _ in range(rounds):
+            blocks.append({})
             for name, load in conditions.items():
                 got, pages = await _condition(client, base, load, first, per_round)
                 samples[name] += got
+                blocks[-1][name] = round(statistics.median(got), 1)
                 for page, times in pages.items():
                     served[name].setdefault(page, []).extend(times)
                 first += per_round
@@ -375,6 +379,7 @@ async def _compare(
             if pages
         },
         "ratio_to_alone": ratios,
+        "block_medians_ms": blocks,
         "acceptance": f"lookup p95 with the console loaded within {ACCEPT_P95_RATIO}x of lookups alone",
         "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for name, r in ratios.items() if name != CONTROL)
         if conditions is CONDITIONS
