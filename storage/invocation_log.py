@@ -119,8 +119,8 @@ class InvocationLog:
         self._commits = 0
         self._checkpointed_at = time.monotonic()
         self._checkpointing: asyncio.Task[None] | None = None
-        # Set when a reader kept the last checkpoint from emptying the WAL: the WAL's size alone
-        # starts no other before this time (time.monotonic), or each commit would start one.
+        # Set when the last checkpoint could not empty the WAL (a reader of an older snapshot):
+        # the WAL's size starts no other before this time (time.monotonic), or each commit would.
         self._retry_at = 0.0
 
     @classmethod

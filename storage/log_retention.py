@@ -100,13 +100,13 @@ async def prune_step(db: aiosqlite.Connection, retention: Retention, now: float)
 
 async def checkpoint(path: Path) -> bool:
     """Copy the WAL into the database and empty it, on a connection of its own; False if a reader
-    kept it from being emptied (the next checkpoint tries again).
+    (or a writer, past the busy timeout) kept it from being emptied: the next checkpoint tries again.
 
     PASSIVE alone never blocked the writer, but under a steady stream of rows it never caught up
     with the end of the WAL, so the WAL was never started again: 2,000 rows left it at 36.5 MB.
-    TRUNCATE alone held the write lock for the whole copy and the database's fsync: on a busy
-    virtual disk that fsync took 180-210 ms, past the writers' WRITE_BUSY_TIMEOUT_S, and the row
-    written meanwhile was given up. So the copy and its fsync run first as PASSIVE, beside the
+    TRUNCATE alone held the write lock for the whole copy and the database's fsync: on this
+    machine's virtual disk two such checkpoints took 180 and 206 ms, past the writers'
+    WRITE_BUSY_TIMEOUT_S, and the row written during each was given up. So the copy and its fsync run first as PASSIVE, beside the
     writers; then TRUNCATE, holding the lock, copies only the rows written during that copy and
     empties the WAL. TRUNCATE also holds the lock while it waits for readers of older snapshots
     (a console page reading a large log at idle priority) to end, for as long as its busy
