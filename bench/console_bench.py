@@ -12,11 +12,16 @@ Then, over loopback HTTP:
   at an address of its own so the 2-second page cache never answers (the overview and sessions
   pages are then built for every request; the gaps, documents and map pages are rendered once
   per report); and alone once more, the control: its ratio to the first is what the machine's
-  noise alone gives. The browser is a process started before its block's lookups are timed.
-  The conditions alternate in ROUNDS blocks, so a busy spell of the machine falls on all of
-  them; the medians and p95s compared come from this one run, and ``accepted`` says whether
-  lookup p95 with the console loaded stayed within ACCEPT_P95_RATIO of lookups alone
-  (``block_medians_ms``: each block's median, round by round, shows a drift of the machine);
+  noise alone gives. Each browser is a process of its own, started once before anything is
+  timed and told to go before its condition's block and to pause after it (it pauses once its
+  page in progress is answered). The conditions take turns in ROUNDS rounds of blocks, in an
+  order rotated each round, so a busy spell of the machine falls on all of them and none is
+  always first. Compared are the pooled medians and p95s, and the paired figures: in each round,
+  a block's median and p95 over those of the same round's block of lookups alone, the median of
+  those ratios over the rounds (``paired_ratio_to_alone``). The machine drifts by more than the
+  acceptance between blocks a minute apart, and the paired ratio compares each block with one
+  seconds away. ``accepted`` says whether the paired p95 ratio of every loaded condition is
+  within ACCEPT_P95_RATIO (``block_medians_ms``: each block's median, round by round);
   ``--what-costs`` compares the parts of the back-to-back load instead (WHAT_COSTS): CPU burnt
   at the page process's idle priority with no page at all, and pages without pause that the
   page cache answers (only their HTTP handling is left in the serving process);
@@ -54,9 +59,13 @@ TARGET_MS = 300.0
 # Lookups per condition. At 120 the p95 was the sixth-slowest sample, and the same code's p95
 # ratio moved between 0.8 and 1.8 from run to run; at 600 it is the 30th.
 LOOKUPS = 600
-# Lookups with the console loaded may be at most this much slower at p95 than lookups alone.
+# Lookups with the console loaded may be at most this much slower at p95 than lookups alone
+# (paired: the median over the rounds of a block's p95 over the same round's block alone).
 ACCEPT_P95_RATIO = 1.1
-ROUNDS = 6
+# 12 blocks of 50 lookups a condition: a block (about 1.3 s) outlasts a page's longest wait for a
+# pause in the lookups (two turns of server.console.pause.MAX_WAIT_S), so each loaded block holds
+# the steady state of pages beside lookups that never pause, not only a page started before it.
+ROUNDS = 12
 # The loads a browser process puts beside the lookups: a person reloading (a page a second, the
 # pages' own addresses); pages without pause, each at an address of its own (every one built);
 # pages without pause at the pages' own addresses (the page cache answers: HTTP handling only); and
@@ -244,75 +253,140 @@ async def _lookup_batch(client: Any, first: int, count: int) -> list[float]:
     return samples
 
 
-async def _browse(base: str, load: str, stop: asyncio.Event, served: dict[str, list[float]]) -> None:
-    """Console pages in turn until ``stop``, as ``load`` (one of LOADS) says.
+class _Control:
+    """What the bench told the browser process: go, pause (after the page in progress), or stop."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.stopped = False
+
+    def command(self, line: str) -> None:
+        """One line of the bench's (on the loop); EOF arrives as an empty line."""
+        if line == "go":
+            self.running.set()
+            print("going", flush=True)
+        elif line == "pause":
+            self.running.clear()
+        else:
+            self.stopped = True
+            self.running.set()
+
+    async def turn(self) -> bool:
+        """Wait while paused (saying so first); False once told to stop."""
+        if not self.running.is_set():
+            print("paused", flush=True)
+            await self.running.wait()
+        return not self.stopped
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, cut short by a pause or a stop."""
+        deadline = time.monotonic() + seconds
+        while self.running.is_set() and not self.stopped and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, deadline - time.monotonic()))
+
+
+async def _browse(base: str, load: str, control: _Control, served: dict[str, list[float]]) -> None:
+    """Console pages in turn while ``control`` lets it, as ``load`` (one of LOADS) says.
 
     ``served`` gets each page's answer times (ms)."""
     import httpx
 
     if load == "idle_cpu":
-        print("ready", flush=True)
-        await _burn_idle(stop)
+        await _burn_idle(control)
         return
     count = 0
     async with httpx.AsyncClient(timeout=600) as client:
-        print("ready", flush=True)  # started: its start-up is not timed with the lookups
-        while not stop.is_set():
-            for page in PAGES:
-                extra = f"&request={count}" if load == "unpaused" else ""
-                started = time.perf_counter()
-                response = await client.get(f"{base}/console{page}?since=all{extra}")
-                elapsed = (time.perf_counter() - started) * 1000
-                if response.status_code != 200:
-                    raise RuntimeError(f"/console{page} answered {response.status_code}")
-                served.setdefault(page or "/", []).append(elapsed)
-                count += 1
-                if load == "reload":
-                    await asyncio.sleep(RELOAD_PAUSE_S)
+        while await control.turn():
+            page = PAGES[count % len(PAGES)]
+            extra = f"&request={count}" if load == "unpaused" else ""
+            started = time.perf_counter()
+            response = await client.get(f"{base}/console{page}?since=all{extra}")
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                raise RuntimeError(f"/console{page} answered {response.status_code}")
+            served.setdefault(page or "/", []).append(elapsed)
+            count += 1
+            if load == "reload":
+                await control.sleep(RELOAD_PAUSE_S)
 
 
-async def _burn_idle(stop: asyncio.Event) -> None:
-    """CPU at SCHED_IDLE, the page process's priority, until ``stop`` (50 ms slices)."""
+async def _burn_idle(control: _Control) -> None:
+    """CPU at SCHED_IDLE, the page process's priority, while ``control`` lets it (50 ms slices)."""
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    while not stop.is_set():
+    while await control.turn():
         started = time.perf_counter()
         while time.perf_counter() - started < 0.05:
             sum(i * i for i in range(1000))
         await asyncio.sleep(0)
 
 
-async def _condition(
-    client: Any, base: str, load: str | None, first: int, count: int
-) -> tuple[list[float], dict[str, list[float]]]:
-    """One block of lookups: alone (``load`` None) or while a browser loads console pages.
+class _Browser:
+    """A browser process (``browse_main``), started paused; ``go`` and ``pause`` it around a block.
 
-    The browser is a process of its own, as a real one is: receiving and parsing the pages in this
-    process would put the client's work on the loop that serves the lookups.
+    A process of its own, as a real browser is: receiving and parsing the pages in this process
+    would put the client's work on the loop that serves the lookups. It is started once, before
+    anything is timed: a Python start-up (~0.5 s of CPU on a 2-core machine) timed with a block's
+    first lookups was most of the p95 ratio when each block started its own.
     """
-    if load is None:
-        return await _lookup_batch(client, first, count), {}
-    browser = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.console_bench", "--browse", base, "--load", load,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-    )  # fmt: skip
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @classmethod
+    async def start(cls, base: str, load: str) -> _Browser:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.console_bench", "--browse", base, "--load", load,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+        )  # fmt: skip
+        browser = cls(process)
+        await browser._expect("paused")
+        return browser
+
+    async def _tell(self, command: str, answer: str) -> None:
+        stdin = self._process.stdin
+        if stdin is None:
+            raise RuntimeError("the console browser has no stdin")
+        stdin.write(f"{command}\n".encode())
+        await stdin.drain()
+        await self._expect(answer)
+
+    async def _expect(self, answer: str) -> None:
+        stdout = self._process.stdout
+        line = await stdout.readline() if stdout is not None else b""
+        if line.strip() != answer.encode():
+            raise RuntimeError(f"the console browser said {line!r}, not {answer!r}")
+
+    async def go(self) -> None:
+        await self._tell("go", "going")
+
+    async def pause(self) -> None:
+        """Return once its page in progress is answered: none spills into the next block."""
+        await self._tell("pause", "paused")
+
+    async def stop(self) -> dict[str, list[float]]:
+        """Each page's answer times (ms) over all its blocks."""
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        served, _ = await self._process.communicate()
+        if self._process.returncode:
+            raise RuntimeError(f"the console browser exited with {self._process.returncode}")
+        loaded: dict[str, list[float]] = json.loads(served.decode() or "{}")
+        return loaded
+
+
+async def _block(client: Any, browser: _Browser | None, first: int, count: int) -> list[float]:
+    """One block of lookups: alone (no browser) or while a browser loads console pages."""
+    if browser is None:
+        return await _lookup_batch(client, first, count)
+    await browser.go()
     try:
-        # A person's browser is open before the lookups: a Python start-up (~0.5 s of CPU on a
-        # 2-core machine) timed with the first lookups of every block was most of the p95 ratio.
-        assert browser.stdout is not None
-        if (await browser.stdout.readline()).strip() != b"ready":
-            raise RuntimeError("the console browser did not start")
-        samples = await _lookup_batch(client, first, count)
+        return await _lookup_batch(client, first, count)
     finally:
-        if browser.stdin is not None:
-            browser.stdin.close()  # the browser stops at the end of its page
-        served, _ = await browser.communicate()
-    if browser.returncode:
-        raise RuntimeError(f"the console browser exited with {browser.returncode}")
-    return samples, json.loads(served.decode() or "{}")
+        await browser.pause()
 
 
 def browse_main(base: str, load: str) -> int:
-    """The browser process: pages until its stdin closes, then prints each page's answer times.
+    """The browser process: pages while told to go, until its stdin closes; then each page's answer times.
 
     It stands for a person's browser, which runs on another machine: at the lowest nice
     priority, its own receiving and parsing of pages without pause (a core's worth on this
@@ -325,14 +399,15 @@ def browse_main(base: str, load: str) -> int:
 
     async def run() -> dict[str, list[float]]:
         loop = asyncio.get_running_loop()
-        stop, served = asyncio.Event(), dict[str, list[float]]()
+        control, served = _Control(), dict[str, list[float]]()
 
-        def wait_for_eof() -> None:
-            sys.stdin.read()
-            loop.call_soon_threadsafe(stop.set)
+        def read_commands() -> None:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(control.command, line.strip())
+            loop.call_soon_threadsafe(control.command, "")
 
-        threading.Thread(target=wait_for_eof, daemon=True).start()
-        await _browse(base, load, stop, served)
+        threading.Thread(target=read_commands, daemon=True).start()
+        await _browse(base, load, control, served)
         return served
 
     print(json.dumps(asyncio.run(run())))
@@ -342,48 +417,78 @@ def browse_main(base: str, load: str) -> int:
 async def _compare(
     base: str, rounds: int, per_round: int, conditions: dict[str, str | None]
 ) -> dict[str, Any]:
-    """The same lookups in each condition, the conditions interleaved round by round (a busy spell
-    of the machine falls on all of them), compared by median and p95."""
+    """The same lookups in each condition, in rounds of one block each, the order rotated round by
+    round; compared pooled and paired with the same round's block alone."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    samples: dict[str, list[float]] = {name: [] for name in conditions}
-    blocks: list[dict[str, float]] = []
-    served: dict[str, dict[str, list[float]]] = {name: {} for name in conditions}
-    async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
-        await _lookup_batch(client, 90_000, 3)  # the session's first calls are not timed
-        first = 0
-        for _ in range(rounds):
-            blocks.append({})
-            for name, load in conditions.items():
-                got, pages = await _condition(client, base, load, first, per_round)
-                samples[name] += got
-                blocks[-1][name] = round(statistics.median(got), 1)
-                for page, times in pages.items():
-                    served[name].setdefault(page, []).extend(times)
-                first += per_round
-    summaries = {name: _summary(values) for name, values in samples.items()}
+    names = list(conditions)
+    blocks: list[dict[str, list[float]]] = []
+    browsers = {name: await _Browser.start(base, load) for name, load in conditions.items() if load}
+    served: dict[str, dict[str, list[float]]] = {}
+    try:
+        async with Client(streamable_http_client(f"{base}/mcp"), mode="legacy") as client:
+            await _lookup_batch(client, 90_000, 3)  # the session's first calls are not timed
+            first = 0
+            for r in range(rounds):
+                blocks.append({})
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    blocks[-1][name] = await _block(client, browsers.get(name), first, per_round)
+                    first += per_round
+    finally:
+        for name, browser in browsers.items():
+            served[name] = await browser.stop()
+    return _compared(names, blocks, served, judged=conditions is CONDITIONS)
+
+
+def _compared(
+    names: list[str],
+    blocks: list[dict[str, list[float]]],
+    served: dict[str, dict[str, list[float]]],
+    *,
+    judged: bool,
+) -> dict[str, Any]:
+    """Pooled and paired figures of the blocks (each round's blocks by condition)."""
+    summaries = {name: _summary([v for block in blocks for v in block[name]]) for name in names}
     alone = summaries["alone"]
-    ratios = {
+    pooled = {
         name: {"median": round(s["median"] / alone["median"], 2), "p95": round(s["p95"] / alone["p95"], 2)}
         for name, s in summaries.items()
         if name != "alone"
     }
+    paired = {name: _paired(blocks, name) for name in names if name != "alone"}
     return {
         "lookups_ms": summaries,
-        "console_pages_served": {name: sum(len(t) for t in pages.values()) for name, pages in served.items()},
+        "console_pages_served": {name: sum(len(t) for t in served.get(name, {}).values()) for name in names},
         # Each page's answer times while the lookups ran (the browser's view).
         "console_pages_under_load_ms": {
             name: {page: _summary(times) for page, times in pages.items()}
             for name, pages in served.items()
             if pages
         },
-        "ratio_to_alone": ratios,
-        "block_medians_ms": blocks,
-        "acceptance": f"lookup p95 with the console loaded within {ACCEPT_P95_RATIO}x of lookups alone",
-        "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for name, r in ratios.items() if name != CONTROL)
-        if conditions is CONDITIONS
+        "ratio_to_alone": pooled,
+        "paired_ratio_to_alone": paired,
+        "block_medians_ms": [
+            {name: round(statistics.median(b), 1) for name, b in block.items()} for block in blocks
+        ],
+        "acceptance": (
+            f"lookup p95 with the console loaded within {ACCEPT_P95_RATIO}x of lookups alone"
+            " (paired: the median over the rounds of each block's p95 over the same round's block alone)"
+        ),
+        "accepted": all(r["p95"] <= ACCEPT_P95_RATIO for name, r in paired.items() if name != CONTROL)
+        if judged
         else None,
+    }
+
+
+def _paired(blocks: list[dict[str, list[float]]], name: str) -> dict[str, Any]:
+    """The median over the rounds of a condition's block median and p95 over the round's block alone."""
+    medians = [statistics.median(b[name]) / statistics.median(b["alone"]) for b in blocks]
+    p95s = [percentile(b[name], 95) / percentile(b["alone"], 95) for b in blocks]
+    return {
+        "median": round(statistics.median(medians), 2),
+        "p95": round(statistics.median(p95s), 2),
+        "round_p95_ratios": [round(r, 2) for r in p95s],
     }
 
 

@@ -459,17 +459,22 @@ def _console_lines(console: dict[str, Any]) -> list[str]:
                 f"| `/console{page if page != '/' else ''}` | {summary['median']} | {summary['p95']} |"
             )
     lookups, ratios = console["lookups_ms"], console["ratio_to_alone"]
-    served = console["console_pages_served"]
+    paired, served = console.get("paired_ratio_to_alone", {}), console["console_pages_served"]
     lines += [
         "",
-        "Lookups through `/mcp` in the same process, the same lookups in each condition (interleaved rounds):",
+        "Lookups through `/mcp` in the same process, the same lookups in each condition (rounds of one"
+        " block each, the order rotated; paired: the median over the rounds of a block's p95 over the"
+        " same round's block alone):",
         "",
-        "| condition | console pages served | median | p95 | p95 / alone |",
-        "|---|---|---|---|---|",
+        "| condition | console pages served | median | p95 | p95 / alone, pooled | p95 / alone, paired |",
+        "|---|---|---|---|---|---|",
     ]
     for name, summary in lookups.items():
-        ratio = ratios.get(name, {}).get("p95", 1.0)
-        lines.append(f"| {name} | {served[name]} | {summary['median']} | {summary['p95']} | {ratio:.2f} |")
+        pooled = ratios.get(name, {}).get("p95", 1.0)
+        pair = paired.get(name, {}).get("p95", 1.0)
+        lines.append(
+            f"| {name} | {served[name]} | {summary['median']} | {summary['p95']} | {pooled:.2f} | {pair:.2f} |"
+        )
     lines += [
         "",
         f"Acceptance: {console['acceptance']}: {'met' if console['accepted'] else 'NOT met'}."

@@ -34,6 +34,7 @@ from server.console import pages
 from server.console._worker import ReportSpec
 from server.console.builder import PageProcess, PageProcessStopped
 from server.console.log_pages import LogPages
+from server.console.pause import LookupPause
 from server.console.report_pages import ReportPages, ReportPending
 from server.container import Runtime
 from server.gap_report import GapReporter, RuntimeSources
@@ -75,7 +76,8 @@ class Console:
     """The console's data: the log at ``log_path``, the live settings and the retrieval stack.
 
     ``lookups`` are the serving process's lookups in flight, when it serves any: the page process
-    is held stopped while they run (``PageProcess.hold``).
+    is held stopped while they run (``PageProcess.hold``), and a page's handler waits for a pause
+    in them before it starts and before it answers (``LookupPause``).
     """
 
     def __init__(
@@ -97,6 +99,12 @@ class Console:
         self._admitted = 0  # page builds in flight or waiting
         self._building = asyncio.Semaphore(PAGES_IN_FLIGHT)
         self.built_here = 0  # pages this process built itself (the tests read it)
+        self._pause: LookupPause | None = None  # while running() beside lookups
+
+    async def after_lookups(self) -> None:
+        """Wait for a pause in the serving process's lookups (none without them, or a lifespan)."""
+        if self._pause is not None:
+            await self._pause.wait()
 
     def cached_page(self, path: str, query: str) -> str | None:
         """A page rendered less than PAGE_TTL_S ago for the same address (and query-text setting)."""
@@ -172,12 +180,25 @@ class Console:
     async def running(self) -> AsyncIterator[None]:
         """The page process, for the life of the app that serves the console (its lifespan)."""
         self.pages.start()
-        unwatch = self._lookups.watch(self.pages.hold, self.pages.release) if self._lookups else None
+        unwatch = None
+        if self._lookups is not None:
+            pause = self._pause = LookupPause()
+
+            def busy() -> None:
+                self.pages.hold()
+                pause.busy()
+
+            def idle() -> None:
+                self.pages.release()
+                pause.idle()
+
+            unwatch = self._lookups.watch(busy, idle)
         try:
             yield
         finally:
             if unwatch is not None:
                 unwatch()
+            self._pause = None
             self.pages.release()
             await self.pages.settle()
             # Waits for a page in progress: on a thread, so the loop finishes its other work.
@@ -209,6 +230,7 @@ def _page(
         label, since = _window(request)
         started = time.perf_counter()
         path, query = request.url.path, request.url.query
+        await console.after_lookups()
         cached = console.cached_page(path, query)
         if cached is not None:
             return _html(cached)
@@ -223,6 +245,7 @@ def _page(
             return _html(pages.pending_page(request.url.path, label), 200)
         except Exception as exc:  # the top of a page: every failure is a page that says so
             return _failure(request.url.path, exc, label)
+        await console.after_lookups()  # the response's bytes too
         logger.debug("console %s in %.1f ms", request.url.path, (time.perf_counter() - started) * 1000)
         return _html(body)
 
