@@ -52,6 +52,7 @@ from storage.text import (
     MIXED_LABEL,
     code_label,
     defined_codes,
+    heading_codes,
     identifiers,
     query_labels,
 )
@@ -100,7 +101,7 @@ def precise_doc(
         if unindexed in visible and _ranking_agrees(ranked, unindexed) and _on_topic(feats, model):
             return unindexed
     if by_code:
-        doc = _by_codes(by_code, entries)
+        doc = _by_codes(by_code, entries, ranked[0].doc_key if ranked else None)
         if doc is not None and unseen_name and all(_alnum(code) < MIN_CODE_CHARS for code in by_code):
             # A short code (C5, S2) beside a name the knowledge base lacks, and the dense channel
             # prefers another document: a Citroen C5, not cabinet C5.
@@ -212,7 +213,7 @@ def _by_letter_codes(
     # defines one is often not what the question is about ("open a DND door" is answered by the
     # room-entry rules, not the room-status code table). Such codes name their document only when
     # the ranking already puts it first, beside no unseen name, in a question that looks on-topic.
-    doc = _by_codes(by_code, entries)
+    doc = _by_codes(by_code, entries, ranked[0].doc_key if ranked else None)
     if doc is None or unseen_name or not ranked or ranked[0].doc_key != doc:
         return None
     return doc if _on_topic(feats, model) else None
@@ -223,25 +224,52 @@ def _on_topic(feats: Mapping[str, float], model: TierModel) -> bool:
     return grade(feats, model, precise=False) is not Tier.NO_MATCH
 
 
-def _by_codes(by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntry]) -> str | None:
-    """The one document every named code points at; a code no single document owns names none."""
-    owners = {_owner(code, docs, entries) for code, docs in by_code.items()}
+def _by_codes(
+    by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntry], first: str | None
+) -> str | None:
+    """The one document every named code points at; a code no single document owns names none.
+    ``first`` is the document the ranking puts first."""
+    owners = {_owner(code, docs, entries, first) for code, docs in by_code.items()}
     return owners.pop() if len(owners) == 1 else None
 
 
-def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry]) -> str | None:
-    """The document a code names: the only one containing it, else the only one defining it, else
-    the only one defining it in its title or text.
+def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry], first: str | None) -> str | None:
+    """The document a code names: the only one containing it; else the only one named for it (its
+    title or a heading holds it); else the only one defining it, else the only one defining it in
+    its title or text. Else the ranking decides (``first``, the document it puts first): for a
+    letters-only code, among those named for it or defining it; for another, among all holding it
+    where none is named for it or defines it.
 
     A runbook that handles a code often lists it among its front-matter keywords, beside the table
     that defines every code of its kind: the keyword tags what the runbook is for, the table row
-    says what the code is, so the table is what the code names."""
+    says what the code is, so the table is what the code names. A document named for the code,
+    in its title or a heading ("浇灌令（ZL-F06）"), is about it, where a handbook's list of forms
+    only names it in a row. Where several documents are equally the code's, the question's other
+    words decide, as the ranking weighs them ("AQ-F03 一级动火谁审批": the permit's own page over
+    the safety handbook's list of forms)."""
     if len(docs) == 1:
         return next(iter(docs))
-    defining = [d for d in sorted(docs) if d in entries and defines(entries[d], code)]
-    if len(defining) > 1:
-        defining = [d for d in defining if defines(entries[d], code, keywords=False)]
-    return defining[0] if len(defining) == 1 else None
+    held = [d for d in sorted(docs) if d in entries]
+    named = [d for d in held if names(entries[d], code)]
+    if len(named) == 1:
+        return named[0]
+    declaring = [d for d in held if defines(entries[d], code)]
+    defining = [d for d in declaring if defines(entries[d], code, keywords=False)]
+    if len(declaring) == 1 or len(defining) == 1:
+        return declaring[0] if len(declaring) == 1 else defining[0]
+    if code.isalpha():
+        # A letters-only code names a document only where the ranking puts it first anyway.
+        return first if first in (named or declaring) else None
+    # Where several define a code with a digit (P1 as a severity in every runbook, L2 among the
+    # keywords of every on-call page), it is context for the question's other words, which often
+    # ask about something else; where none does, the code is still a name, cited in passing
+    # ("JH-R-D03" in a fleet table's last column).
+    return first if not (named or declaring) and first in held else None
+
+
+def names(entry: CatalogEntry, code: str) -> bool:
+    """Whether a document is named for the code: its title or one of its headings holds it."""
+    return code in identifiers(entry.title) or code in heading_codes(entry.body)
 
 
 def defines(entry: CatalogEntry, code: str, *, keywords: bool = True) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from storage.text import CJK, identifiers
+from storage.text import CJK, identifiers, standalone_letters
 
 _TOKEN = re.compile(r"[0-9A-Za-z_]+")
 # Terms shorter than this (in characters) would match too much to be "exact".
@@ -73,7 +73,9 @@ class KeywordIndex:
                 self._cjk[lowered].add((doc_key, kind, term))
             return
         tokens = _latin_tokens(lowered)
-        if tokens and len("".join(tokens)) >= _MIN_LATIN:
+        # A one-letter code (a status W) is indexed only as a code: the query must write it apart.
+        one_letter = kind == "code" and len(term) == 1 and term.isupper()
+        if tokens and (len("".join(tokens)) >= _MIN_LATIN or one_letter):
             self._latin[tokens].add((doc_key, kind, term))
 
     def __len__(self) -> int:
@@ -90,8 +92,9 @@ class KeywordIndex:
         for length in self._cjk_lengths:
             for start in range(len(lowered) - length + 1):
                 found |= self._cjk.get(lowered[start : start + length], set())
-        # A letters-only code (NRF) counts only written in capitals: "nrf" or "Bar" is a word.
-        written = set(_TOKEN.findall(query))
+        # A letters-only code (NRF) counts only written in capitals: "nrf" or "Bar" is a word; a
+        # one-letter code only standing apart, not "I" nor a sentence's first letter.
+        written = {w for w in _TOKEN.findall(query) if len(w) > 1} | standalone_letters(query)
         hits = [
             L0Hit(doc_key, kind, term)
             for doc_key, kind, term in found

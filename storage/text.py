@@ -28,7 +28,7 @@ _IDENTIFIER = re.compile(
 )
 # The version of the rules in this module: part of every document's content hash, so a change
 # here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
-RULES_VERSION = "6"
+RULES_VERSION = "7"
 # Shorter codes (BR-3, PR-A, C5) are too ambiguous in running text to name one document: they
 # count only where a document defines them (``defined_codes``).
 MIN_CODE_CHARS = 4
@@ -40,6 +40,15 @@ _LABEL = re.compile(r"[A-Z][A-Z0-9]*(?:[_-][A-Z0-9]+)*")
 # is a code only where a body lists it as one (``defined_codes``): never in running text, a
 # table's header row, a heading with more words after it, or front-matter keywords.
 _LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
+# A one-letter label (a status W, F or M in a table of statuses) is defined only in a table's body
+# row or a list lead in bold or code quotes: "- A: ..." leads the answer of a FAQ, and "## A" an
+# index section. A query names it only where it stands apart (``standalone_letters``).
+_ONE_LETTER = re.compile(r"[A-Z]")
+_ONE_LETTER_PLACES = ("cell", "bold", "quoted")
+# Capitals that are words, not labels: the English pronoun.
+_LETTER_WORDS = frozenset("I")
+# Where a sentence starts, a capital is the sentence's, not a label.
+_SENTENCE_ENDS = ".!?。！？"
 # Where a document defines a label: the first cell of a table row, the first word of a heading,
 # or the lead of a list item (bold, code-quoted, or followed by a colon or dash).
 _DEFINITION = re.compile(
@@ -223,6 +232,26 @@ def query_labels(text: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def standalone_letters(text: str) -> set[str]:
+    """The single capitals of ``text`` that stand as labels ("状态是F", "item status M"): a word
+    of one letter, not "I", and not where a sentence starts ("A patron lost ...")."""
+    return {
+        match.group(0)
+        for match in _CODE_WORD.finditer(text)
+        if _ONE_LETTER.fullmatch(match.group(0))
+        and match.group(0) not in _LETTER_WORDS
+        and not _starts_sentence(text, match.start())
+    }
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    """Whether only spaces stand between ``at`` and the text's start or a sentence's end."""
+    before = at
+    while before > 0 and text[before - 1].isspace():
+        before -= 1
+    return before == 0 or text[before - 1] in _SENTENCE_ENDS
+
+
 def identifiers(text: str) -> list[str]:
     """Code-shaped identifiers in text, normalised to upper case with single separators."""
     found: dict[str, None] = {}
@@ -278,7 +307,8 @@ def defined_codes(text: str) -> list[str]:
 def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
     """The letters-only label a definition's lead is, unless it heads a table or a topic."""
     token = _unquoted(match.group(place))
-    if not _LETTER_LABEL.fullmatch(token):
+    one_letter = _ONE_LETTER.fullmatch(token) is not None and place in _ONE_LETTER_PLACES
+    if not (_LETTER_LABEL.fullmatch(token) or one_letter):
         return None
     if place == "heading" and not _HEADING_MEANING.fullmatch(match.group("rest")):
         return None
@@ -288,6 +318,15 @@ def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
         if _DELIMITER_ROW.fullmatch(following):
             return None
     return token
+
+
+_HEADING_LINE = re.compile(r"^#{1,6}\s+(.+)$", re.MULTILINE)
+
+
+def heading_codes(text: str) -> list[str]:
+    """The identifiers the headings of a markdown text hold, anywhere in the heading
+    ("## 一、浇灌令（ZL-F06）"): a section named for a code is about it."""
+    return list(dict.fromkeys(code for line in _HEADING_LINE.findall(text) for code in identifiers(line)))
 
 
 def short_codes(text: str) -> list[str]:

@@ -72,3 +72,13 @@ def test_a_letters_only_code_matches_only_written_in_capitals() -> None:
     assert rates.match("Guest booked NRF, can he move?") == [L0Hit("r/rates.md", "code", "NRF")]
     assert rates.match("is nrf refundable? and Nrf?") == []
     assert rates.match("what is pkg-bb") == [L0Hit("r/rates.md", "code", "PKG-BB")]
+
+
+def test_a_one_letter_code_matches_only_standing_apart_in_capitals() -> None:
+    board = KeywordIndex([KeywordEntry("e/board.md", "equipment", "Status board", (), ("W", "U"))])
+    assert board.match("拖车标的是 W，是什么意思") == [L0Hit("e/board.md", "code", "W")]
+    assert board.match("tug marked W on the board") == [L0Hit("e/board.md", "code", "W")]
+    # Lower case, a sentence's first letter, or part of a longer word: no match.
+    assert board.match("tug marked w on the board") == []
+    assert board.match("U can see it. W is") == []
+    assert board.match("W805 on the tug") == []

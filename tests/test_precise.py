@@ -80,10 +80,34 @@ def test_a_code_in_several_documents_is_precise_for_the_one_that_defines_it() ->
     assert _precise(hits, entries) == "sla"
 
 
-def test_a_code_several_documents_define_or_only_mention_names_none() -> None:
+def test_a_code_several_documents_define_names_none() -> None:
     assert _precise([(k, "code", "TK-MIN-01") for k in ("a", "b")], _entries(a=TABLE, b=TABLE)) is None
-    mentioned = _entries(a="A TK-MIN-01 ticket.", b="Any TK-MIN-01 ticket.")
-    assert _precise([(k, "code", "TK-MIN-01") for k in mentioned], mentioned) is None
+
+
+def test_a_code_several_documents_only_mention_names_the_one_the_ranking_puts_first() -> None:
+    # A vehicle code cited in a fleet table's last column and in a list: it is still a name, and
+    # the question's other words decide between its holders.
+    mentioned = _entries(fleet="| TR-01 | Wuhan | JH-R-D03 |", vaccine="- use JH-R-D03 only.")
+    hits = [(k, "code", "JH-R-D03") for k in mentioned]
+    assert _precise(hits, mentioned) == "fleet"
+    assert _precise(hits, dict(reversed(mentioned.items()))) == "vaccine"
+
+
+def test_a_code_a_document_is_named_for_wins_over_a_list_of_forms_defining_it() -> None:
+    # The handbook's list of forms defines it in a row; the pour procedure's heading is about it.
+    entries = _entries(
+        handbook="| Form | Use |\n|---|---|\n| ZL-F06 | Concrete pour permit |\n",
+        pouring="## 一、浇灌令（ZL-F06）\n浇筑前必须办理浇灌令。",
+    )
+    hits = [(k, "code", "ZL-F06") for k in entries]
+    assert _precise(hits, entries, "ZL-F06 最后谁签发") == "pouring"
+
+
+def test_a_letters_only_code_several_documents_define_names_the_one_the_ranking_puts_first() -> None:
+    table = "| Code | Meaning |\n|---|---|\n| YD | Large print |\n"
+    entries = _entries(cataloguing=table, koha=table)
+    hits = [(k, "code", "YD") for k in entries]
+    assert _precise(hits, entries, "馆藏代码 YD 是什么书") == "cataloguing"
 
 
 def test_every_code_the_query_names_must_point_at_the_same_document() -> None:

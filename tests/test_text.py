@@ -8,6 +8,7 @@ from storage.text import (
     document_codes,
     identifiers,
     short_codes,
+    standalone_letters,
     terms,
     text_language,
 )
@@ -70,7 +71,7 @@ def test_an_acronym_in_prose_a_header_row_a_topic_heading_or_keywords_is_no_code
     text = (
         "| VPN | Owner |\n|---|---|\n| Remote access | IT |\n"
         "## API keys\n## FAQ\nSend the PDF to the CEO over the VPN.\n- Use the VPN abroad.\n"
-        "| Ab | two letters, not capitals |\n| W | one capital |\n"
+        "| Ab | two letters, not capitals |\n- A: the answer to a FAQ\n## B\n"
     )
     assert defined_codes(text) == []
     assert identifiers(text) == []
@@ -83,3 +84,22 @@ def test_a_longer_label_running_text_misses_is_no_defined_code() -> None:
     assert defined_codes(table) == ["W805", "PA66"]
     assert short_codes(table) == []
     assert document_codes("System error codes", [], table) == []
+
+
+def test_a_one_letter_status_is_defined_in_a_table_body_row_or_a_bold_list_lead() -> None:
+    statuses = (
+        "| Letter | Status |\n|---|---|\n| A | Available |\n| M | Missing |\n- **W** – in the workshop\n"
+    )
+    assert defined_codes(statuses) == ["A", "M", "W"]
+    assert short_codes(statuses) == ["A", "M", "W"]
+    # Not a header row, a plain list lead (the "A:" of a FAQ) or a heading.
+    assert defined_codes("| W | Meaning |\n|---|---|\n- A: yes\n- Q: no\n## B\n## C: third\n") == []
+
+
+def test_a_query_names_a_one_letter_label_only_where_it_stands_apart() -> None:
+    assert standalone_letters("实名制里状态是F 为啥闸机进不去") == {"F"}
+    assert standalone_letters("设备状态板上这台拖车标的是 W，是什么意思") == {"W"}
+    assert standalone_letters("item status M in koha means?") == {"M"}
+    # A sentence's first letter and the pronoun are words; so is a letter inside a word or code.
+    assert standalone_letters("A patron lost a book. I paid for plan B") == {"B"}
+    assert standalone_letters("is plan A ready? X-RAY or W805") == {"A"}
