@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -30,6 +32,7 @@ QUESTIONS_FILE = "background_questions.jsonl"
 # alone is noisy (a question may happen to share a word with one generic question).
 NEAREST = 3
 _BATCH = 64
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 SHIPPED_DIR = "background_vectors"
 # Encoded backgrounds by (embedder name, dimension, questions digest), for this process: every
 # server a process opens over another data directory (tests open hundreds) reuses them.
@@ -61,6 +64,11 @@ class Background:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_columns", np.ascontiguousarray(self.vectors.T, dtype=np.float32))
+
+    @cached_property
+    def words(self) -> frozenset[str]:
+        """The Latin words the questions use, lower-cased: everyday words, not names."""
+        return frozenset(w.lower() for question in self.questions for w in _WORD.findall(question))
 
     def similarity(self, vector: np.ndarray) -> float:
         """Mean cosine of the query's NEAREST background questions."""

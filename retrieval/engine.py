@@ -24,6 +24,7 @@ from retrieval.background import Background
 from retrieval.embedders import QueryEncoding
 from retrieval.knowledge_map import knowledge_map_of
 from retrieval.models import KnowledgeMap
+from retrieval.names import names_beside_terms
 from retrieval.places import places_named, written_terms
 from retrieval.reranker import PassageReranker
 from retrieval.sparse import LexicalWeights, match_scores
@@ -91,6 +92,8 @@ class Evidence:
     # Each place the query names (retrieval.places, lower-cased) and whether the knowledge base
     # writes it, in either script.
     places: tuple[tuple[str, bool], ...] = ()
+    # Names it writes that the knowledge base lacks beyond ``unseen`` (retrieval.names).
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class KnowledgeEngine:
             SEARCH_THREADS, thread_name_prefix="dense-search"
         )
         self._background = background
+        self._common_words = background.words if background is not None else frozenset()
         self._store = store
         self._embedder = embedder
         self.reranker = reranker
@@ -258,6 +262,7 @@ class KnowledgeEngine:
             background=background,
             label_holders=holders,
             places=places,
+            names=names_beside_terms(query, unseen, view.keywords, self._common_words),
         )
         with self._lock:
             self._evidence[(view.generation, query, domain)] = evidence

@@ -137,7 +137,7 @@ def unseen_names(evidence: Evidence) -> list[str]:
     written = {word for place, held in evidence.places if held for word in place.split()}
     latin = [t for t in evidence.unseen if (t in proper or any(c.isdigit() for c in t)) and t not in written]
     places = [place for place, held in evidence.places if not held and place not in HOME_PLACES]
-    return sorted({*latin, *places, *cjk_kinds(evidence), *cjk_places(evidence)})
+    return sorted({*latin, *places, *evidence.names, *cjk_kinds(evidence), *cjk_places(evidence)})
 
 
 def cjk_kinds(evidence: Evidence) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from storage.text import CJK, identifiers, standalone_letters
+from storage.text import CJK, code_family, identifiers, standalone_letters
 
 _TOKEN = re.compile(r"[0-9A-Za-z_]+")
 # Terms shorter than this (in characters) would match too much to be "exact".
@@ -55,6 +55,7 @@ class KeywordIndex:
         self._latin: dict[tuple[str, ...], set[tuple[str, MatchKind, str]]] = defaultdict(set)
         self._cjk: dict[str, set[tuple[str, MatchKind, str]]] = defaultdict(set)
         self._domain: dict[str, str] = {}
+        self._codes: set[str] = set()
         for entry in entries:
             self._domain[entry.doc_key] = entry.domain
             self._add(entry.title, entry.doc_key, "title")
@@ -62,6 +63,10 @@ class KeywordIndex:
                 self._add(keyword, entry.doc_key, "keyword")
             for code in {*entry.identifiers, *identifiers(entry.title)}:
                 self._add(code, entry.doc_key, "code")
+                self._codes.add(code.upper())
+        # The letters codes with a digit start with (PC of PC-1, P of P0): the knowledge base's
+        # families of numbered codes.
+        self.families = frozenset(code_family(c) for c in self._codes if any(ch.isdigit() for ch in c))
         self._max_ngram = max((len(k) for k in self._latin), default=0)
         self._cjk_lengths = sorted({len(k) for k in self._cjk})
 
@@ -77,6 +82,10 @@ class KeywordIndex:
         one_letter = kind == "code" and len(term) == 1 and term.isupper()
         if tokens and (len("".join(tokens)) >= _MIN_LATIN or one_letter):
             self._latin[tokens].add((doc_key, kind, term))
+
+    def holds_code(self, code: str) -> bool:
+        """Whether some document holds ``code`` (upper case) as a code."""
+        return code in self._codes
 
     def __len__(self) -> int:
         return len(self._domain)

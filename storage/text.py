@@ -222,6 +222,7 @@ def _is_code(token: str) -> bool:
 LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
 MIXED_LABEL = re.compile(r"(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{2,8}")
 _CODE_WORD = re.compile(r"[0-9A-Za-z_-]+")
+_FAMILY = re.compile(r"[A-Za-z]+")
 
 
 def query_labels(text: str) -> list[str]:
@@ -286,6 +287,12 @@ def code_label(text: str) -> str | None:
     if not _LABEL.fullmatch(token) or sum(c.isalnum() for c in token) < 2:
         return None
     return token if any(c.isdigit() for c in token) or "_" in token or "-" in token else None
+
+
+def code_family(code: str) -> str:
+    """The letters a code starts with, before its first digit or separator (PC of PC-5, P of P0)."""
+    match = _FAMILY.match(code)
+    return match.group(0).upper() if match else ""
 
 
 def defined_codes(text: str) -> list[str]:
