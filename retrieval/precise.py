@@ -44,6 +44,7 @@ from retrieval.places import HOME_PLACES
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
 from storage.catalog_records import CatalogEntry
+from storage.numeric_codes import defined_numbers
 from storage.text import (
     CJK,
     CJK_FUNCTION_CHARS,
@@ -86,8 +87,9 @@ def precise_doc(
     for hit in evidence.l0:
         if hit.kind == "code" and hit.doc_key in visible:
             by_code.setdefault(hit.term.upper(), set()).add(hit.doc_key)
-    # Beside a code with a digit or a separator, a letters-only one (ODS, DND) is context.
-    letters = {code: docs for code, docs in by_code.items() if code.isalpha()}
+    # Beside a code with letters and a digit or a separator, a letters-only one (ODS, DND) or a
+    # number (5100) is context; alone, each is weaker evidence (``_by_letter_codes``).
+    letters = {code: docs for code, docs in by_code.items() if code.isalpha() or code.isdigit()}
     by_code = {code: docs for code, docs in by_code.items() if code not in letters}
     for label, owner in _declared_letter_labels(evidence, entries).items():
         if owner in visible:
@@ -257,8 +259,8 @@ def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry], first
     defining = [d for d in declaring if defines(entries[d], code, keywords=False)]
     if len(declaring) == 1 or len(defining) == 1:
         return declaring[0] if len(declaring) == 1 else defining[0]
-    if code.isalpha():
-        # A letters-only code names a document only where the ranking puts it first anyway.
+    if code.isalpha() or code.isdigit():
+        # A letters-only code or a number names a document only where the ranking puts it first.
         return first if first in (named or declaring) else None
     # Where several define a code with a digit (P1 as a severity in every runbook, L2 among the
     # keywords of every on-call page), it is context for the question's other words, which often
@@ -275,6 +277,8 @@ def names(entry: CatalogEntry, code: str) -> bool:
 def defines(entry: CatalogEntry, code: str, *, keywords: bool = True) -> bool:
     """Whether a document defines the code, rather than only mentioning it (``keywords``: its
     front-matter keywords count as a definition)."""
+    if code.isdigit():
+        return code in defined_numbers(entry.body, entry.keywords if keywords else ())
     return (
         code in identifiers(entry.title)
         or (keywords and any(code_label(k) == code for k in entry.keywords))

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from storage.numeric_codes import standalone_numbers
 from storage.text import CJK, code_family, identifiers, standalone_letters
 
 _TOKEN = re.compile(r"[0-9A-Za-z_]+")
@@ -103,11 +104,16 @@ class KeywordIndex:
                 found |= self._cjk.get(lowered[start : start + length], set())
         # A letters-only code (NRF) counts only written in capitals: "nrf" or "Bar" is a word; a
         # one-letter code only standing apart, not "I" nor a sentence's first letter.
+        # A number is a code only written as one: apart, and no quantity, time or date.
         written = {w for w in _TOKEN.findall(query) if len(w) > 1} | standalone_letters(query)
+        numbers = standalone_numbers(query)
         hits = [
             L0Hit(doc_key, kind, term)
             for doc_key, kind, term in found
-            if kind != "code" or not term.isalpha() or term in written
+            if kind != "code"
+            or (term.isalpha() and term in written)
+            or (term.isdigit() and term in numbers)
+            or not (term.isalpha() or term.isdigit())
         ]
         if domain is not None:
             hits = [h for h in hits if self._domain.get(h.doc_key) == domain]

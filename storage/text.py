@@ -10,6 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from storage.numeric_codes import defined_numbers
+
 Language = Literal["en", "zh"]
 ChunkLanguage = Literal["en", "zh", "mixed"]
 
@@ -28,7 +30,7 @@ _IDENTIFIER = re.compile(
 )
 # The version of the rules in this module: part of every document's content hash, so a change
 # here rewrites the catalog's terms and identifiers on the next ingest (vectors are kept).
-RULES_VERSION = "7"
+RULES_VERSION = "8"
 # Shorter codes (BR-3, PR-A, C5) are too ambiguous in running text to name one document: they
 # count only where a document defines them (``defined_codes``).
 MIN_CODE_CHARS = 4
@@ -349,9 +351,14 @@ def short_codes(text: str) -> list[str]:
 def document_codes(title: str, keywords: Sequence[str], body: str) -> list[str]:
     """A document's identifiers: codes anywhere in it, short ones (BR-3, C5) where it defines them
     (a table of codes, a heading, a list of codes, or its own front-matter keywords), letters-only
-    ones (NRF) where its body does."""
+    ones (NRF) where its body does, and numbers where it defines them as codes (5100 in a table
+    of fault codes: ``storage.numeric_codes``)."""
     codes = identifiers("\n".join([title, *keywords, body]))
-    labels = [*short_codes(body), *(c for k in keywords if (c := code_label(k)) is not None)]
+    labels = [
+        *short_codes(body),
+        *(c for k in keywords if (c := code_label(k)) is not None),
+        *defined_numbers(body, keywords),
+    ]
     return codes + [c for c in dict.fromkeys(labels) if c not in codes]
 
 

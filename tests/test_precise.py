@@ -260,3 +260,14 @@ def test_a_code_a_runbook_lists_as_a_keyword_is_named_by_the_table_that_defines_
     # Two tables defining it name neither.
     both = {**entries, "runbook": replace(entries["table"], doc_key="runbook")}
     assert _precise(hits, both, "RF-201") is None
+
+
+def test_a_number_a_table_defines_is_precise_only_where_the_ranking_puts_its_table_first() -> None:
+    faults = "| Code | Meaning |\n|---|---|\n| 4007 | Annual check overdue |\n"
+    entries = _entries(faults=faults, fares="Senior cards pay full fare.")
+    assert _precise([("faults", "code", "4007")], entries, "4007 on the reader") == "faults"
+    later = dict(reversed(entries.items()))  # the ranking puts the fares page first
+    assert _precise([("faults", "code", "4007")], later, "4007 on the reader") is None
+    # Beside a code with letters, a number is context.
+    both = _entries(faults=faults + "| RD-12 | Reader offline |\n", fares="x")
+    assert _precise([("faults", "code", "4007"), ("faults", "code", "RD-12")], both) == "faults"
