@@ -2,7 +2,7 @@
 and the trade-off between near-domain and answerable HIGHLY_RELEVANT.
 
     lookup-knowledge-mcp calibrate --json SET... > after.json
-    python scripts/relevance_report.py table after.json [--title T]
+    python scripts/relevance_report.py table after.json
     python scripts/relevance_report.py tradeoff [--data-dir D] SET...
 
 ``table`` prints one markdown row per held-out set and the total. ``tradeoff`` fits, leave one
