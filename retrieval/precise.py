@@ -38,22 +38,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from retrieval.code_owners import by_codes
 from retrieval.engine import Evidence
 from retrieval.models import Tier
 from retrieval.places import HOME_PLACES
 from retrieval.ranking import RankedDoc
 from retrieval.relevance import TierModel, grade
 from storage.catalog_records import CatalogEntry
-from storage.numeric_codes import defined_numbers
 from storage.text import (
     CJK,
     CJK_FUNCTION_CHARS,
     LETTER_LABEL,
     MIN_CODE_CHARS,
     MIXED_LABEL,
-    code_label,
-    defined_codes,
-    heading_codes,
     identifiers,
     query_labels,
 )
@@ -103,7 +100,7 @@ def precise_doc(
         if unindexed in visible and _ranking_agrees(ranked, unindexed) and _on_topic(feats, model):
             return unindexed
     if by_code:
-        doc = _by_codes(by_code, entries, ranked[0].doc_key if ranked else None)
+        doc = by_codes(by_code, entries, _first(ranked))
         if doc is not None and unseen_name and all(_alnum(code) < MIN_CODE_CHARS for code in by_code):
             # A short code (C5, S2) beside a name the knowledge base lacks, and the dense channel
             # prefers another document: a Citroen C5, not cabinet C5.
@@ -215,8 +212,8 @@ def _by_letter_codes(
     # defines one is often not what the question is about ("open a DND door" is answered by the
     # room-entry rules, not the room-status code table). Such codes name their document only when
     # the ranking already puts it first, beside no unseen name, in a question that looks on-topic.
-    doc = _by_codes(by_code, entries, ranked[0].doc_key if ranked else None)
-    if doc is None or unseen_name or not ranked or ranked[0].doc_key != doc:
+    doc = by_codes(by_code, entries, _first(ranked))
+    if doc is None or unseen_name or doc != _first(ranked):
         return None
     return doc if _on_topic(feats, model) else None
 
@@ -224,66 +221,6 @@ def _by_letter_codes(
 def _on_topic(feats: Mapping[str, float], model: TierModel) -> bool:
     """Whether the question looks on-topic: graded above NO_MATCH without PRECISE."""
     return grade(feats, model, precise=False) is not Tier.NO_MATCH
-
-
-def _by_codes(
-    by_code: Mapping[str, set[str]], entries: Mapping[str, CatalogEntry], first: str | None
-) -> str | None:
-    """The one document every named code points at; a code no single document owns names none.
-    ``first`` is the document the ranking puts first."""
-    owners = {_owner(code, docs, entries, first) for code, docs in by_code.items()}
-    return owners.pop() if len(owners) == 1 else None
-
-
-def _owner(code: str, docs: set[str], entries: Mapping[str, CatalogEntry], first: str | None) -> str | None:
-    """The document a code names: the only one containing it; else the only one named for it (its
-    title or a heading holds it); else the only one defining it, else the only one defining it in
-    its title or text. Else the ranking decides (``first``, the document it puts first): for a
-    letters-only code, among those named for it or defining it; for another, among all holding it
-    where none is named for it or defines it.
-
-    A runbook that handles a code often lists it among its front-matter keywords, beside the table
-    that defines every code of its kind: the keyword tags what the runbook is for, the table row
-    says what the code is, so the table is what the code names. A document named for the code,
-    in its title or a heading ("浇灌令（ZL-F06）"), is about it, where a handbook's list of forms
-    only names it in a row. Where several documents are equally the code's, the question's other
-    words decide, as the ranking weighs them ("AQ-F03 一级动火谁审批": the permit's own page over
-    the safety handbook's list of forms)."""
-    if len(docs) == 1:
-        return next(iter(docs))
-    held = [d for d in sorted(docs) if d in entries]
-    named = [d for d in held if names(entries[d], code)]
-    if len(named) == 1:
-        return named[0]
-    declaring = [d for d in held if defines(entries[d], code)]
-    defining = [d for d in declaring if defines(entries[d], code, keywords=False)]
-    if len(declaring) == 1 or len(defining) == 1:
-        return declaring[0] if len(declaring) == 1 else defining[0]
-    if code.isalpha() or code.isdigit():
-        # A letters-only code or a number names a document only where the ranking puts it first.
-        return first if first in (named or declaring) else None
-    # Where several define a code with a digit (P1 as a severity in every runbook, L2 among the
-    # keywords of every on-call page), it is context for the question's other words, which often
-    # ask about something else; where none does, the code is still a name, cited in passing
-    # ("JH-R-D03" in a fleet table's last column).
-    return first if not (named or declaring) and first in held else None
-
-
-def names(entry: CatalogEntry, code: str) -> bool:
-    """Whether a document is named for the code: its title or one of its headings holds it."""
-    return code in identifiers(entry.title) or code in heading_codes(entry.body)
-
-
-def defines(entry: CatalogEntry, code: str, *, keywords: bool = True) -> bool:
-    """Whether a document defines the code, rather than only mentioning it (``keywords``: its
-    front-matter keywords count as a definition)."""
-    if code.isdigit():
-        return code in defined_numbers(entry.body, entry.keywords if keywords else ())
-    return (
-        code in identifiers(entry.title)
-        or (keywords and any(code_label(k) == code for k in entry.keywords))
-        or code in defined_codes(entry.body)
-    )
 
 
 def _by_keyword(
@@ -383,6 +320,11 @@ def _bounded(label: str) -> str:
 def _ranking_agrees(ranked: Sequence[RankedDoc], doc: str | None) -> bool:
     """Whether the ranking or the dense channel alone puts ``doc`` first."""
     return doc is not None and doc in ((ranked[0].doc_key if ranked else None), _dense_first(ranked))
+
+
+def _first(ranked: Sequence[RankedDoc]) -> str | None:
+    """The document the ranking puts first."""
+    return ranked[0].doc_key if ranked else None
 
 
 def _dense_first(ranked: Sequence[RankedDoc]) -> str | None:
