@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -25,6 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
+from storage.text import NAME_WORD
+
 logger = logging.getLogger(__name__)
 
 QUESTIONS_FILE = "background_questions.jsonl"
@@ -32,7 +33,6 @@ QUESTIONS_FILE = "background_questions.jsonl"
 # alone is noisy (a question may happen to share a word with one generic question).
 NEAREST = 3
 _BATCH = 64
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 SHIPPED_DIR = "background_vectors"
 # Encoded backgrounds by (embedder name, dimension, questions digest), for this process: every
 # server a process opens over another data directory (tests open hundreds) reuses them.
@@ -68,7 +68,7 @@ class Background:
     @cached_property
     def words(self) -> frozenset[str]:
         """The Latin words the questions use, lower-cased: everyday words, not names."""
-        return frozenset(w.lower() for question in self.questions for w in _WORD.findall(question))
+        return frozenset(w.lower() for question in self.questions for w in NAME_WORD.findall(question))
 
     def similarity(self, vector: np.ndarray) -> float:
         """Mean cosine of the query's NEAREST background questions."""

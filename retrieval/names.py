@@ -20,10 +20,9 @@ import re
 from collections.abc import Collection
 
 from storage.keyword_index import KeywordIndex
-from storage.text import CJK, MIN_CODE_CHARS, code_family, code_label
+from storage.text import CJK, CODE_WORD, MIN_CODE_CHARS, NAME_WORD, code_family, code_label
 
-_LEADING_WORD = re.compile(r"\s*([A-Za-z][A-Za-z0-9]+)\b")
-_CODE_WORD = re.compile(r"[0-9A-Za-z_-]+")
+_LEADING_WORD = re.compile(rf"\s*({NAME_WORD.pattern})\b")
 
 
 def names_beside_terms(
@@ -46,7 +45,7 @@ def _leading_name(query: str, unseen: Collection[str], common: Collection[str]) 
 
 def _codes_outside_families(query: str, unseen: Collection[str], codes: KeywordIndex) -> list[str]:
     found = []
-    for word in _CODE_WORD.findall(query):
+    for word in CODE_WORD.findall(query):
         label = code_label(word)
         if label is None or not any(c.isdigit() for c in label):
             continue  # a numbered family's member has a number (PC-5, not TE-P)

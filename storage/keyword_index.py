@@ -103,18 +103,21 @@ class KeywordIndex:
             for start in range(len(lowered) - length + 1):
                 found |= self._cjk.get(lowered[start : start + length], set())
         # A letters-only code (NRF) counts only written in capitals: "nrf" or "Bar" is a word; a
-        # one-letter code only standing apart, not "I" nor a sentence's first letter.
-        # A number is a code only written as one: apart, and no quantity, time or date.
-        written = {w for w in _TOKEN.findall(query) if len(w) > 1} | standalone_letters(query)
-        numbers = standalone_numbers(query)
+        # one-letter code only standing apart, not "I" nor a sentence's first letter; a number only
+        # written apart, not "15 天" nor "09:00".
+        written = _written_as_codes(query)
         hits = [
             L0Hit(doc_key, kind, term)
             for doc_key, kind, term in found
-            if kind != "code"
-            or (term.isalpha() and term in written)
-            or (term.isdigit() and term in numbers)
-            or not (term.isalpha() or term.isdigit())
+            if kind != "code" or not (term.isalpha() or term.isdigit()) or term in written
         ]
         if domain is not None:
             hits = [h for h in hits if self._domain.get(h.doc_key) == domain]
         return sorted(hits, key=lambda h: (h.doc_key, h.kind, h.term))
+
+
+def _written_as_codes(query: str) -> set[str]:
+    """The query's words that may name a letters-only code or a number: capitals as written (a
+    one-letter one standing apart), and numbers written apart, not as a quantity, time or date."""
+    capitals = {w for w in _TOKEN.findall(query) if len(w) > 1 and w.isalpha()}
+    return capitals | standalone_letters(query) | standalone_numbers(query)

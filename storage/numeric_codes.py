@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from storage.markdown import TABLE_DELIMITER_ROW, unquoted
+
 _NUMBER = re.compile(r"\d{2,6}")
 _TABLE_LINE = re.compile(r"\s*\|")
-_DELIMITER_ROW = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*")
-_QUOTES = "*`"
 # A number in a query, apart from letters, digits and the marks of decimals, times and dates.
 _IN_QUERY = re.compile(r"(?<![0-9A-Za-z_.,:/#+\-])\d{2,6}(?![0-9A-Za-z_.,:/%°\-])")
 _CURRENCY_BEFORE = re.compile(r"(?:[¥$€£]|\b(?:RMB|CNY|USD|EUR|HKD))\s*$", re.IGNORECASE)
@@ -64,12 +64,12 @@ def _tables(body: str) -> Iterator[list[str]]:
     lines = body.splitlines()
     i = 0
     while i < len(lines):
-        if i + 1 < len(lines) and _TABLE_LINE.match(lines[i]) and _DELIMITER_ROW.fullmatch(lines[i + 1]):
+        if i + 1 < len(lines) and _TABLE_LINE.match(lines[i]) and TABLE_DELIMITER_ROW.fullmatch(lines[i + 1]):
             i += 2
             cells = []
             while i < len(lines) and _TABLE_LINE.match(lines[i]):
                 first = lines[i].strip().strip("|").split("|", 1)[0]
-                cells.append(first.strip().strip(_QUOTES).strip())
+                cells.append(unquoted(first))
                 i += 1
             yield cells
         else:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from storage.markdown import TABLE_DELIMITER_ROW, unquoted
 from storage.numeric_codes import defined_numbers
 
 Language = Literal["en", "zh"]
@@ -21,6 +22,8 @@ _CJK_CHARACTER = r"[\u3400-\u9fff\uf900-\ufaff]"
 CJK = re.compile(_CJK_CHARACTER)
 _CJK_RUN = re.compile(_CJK_CHARACTER + "+")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+# A Latin word as a name is written: a letter, then letters or digits (Potain, PS5).
+NAME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 _WORD = re.compile(r"[0-9A-Za-z_]+")
 # Code-shaped identifiers: ERR_TIMEOUT, KAFKA_E503_REBALANCE, KFK-4012, AL-1107, AADSTS50105,
 # HTTP 504. Upper-case segments joined by '_' or '-', letters followed by digits, or HTTP + status.
@@ -59,12 +62,9 @@ _DEFINITION = re.compile(
     re.MULTILINE,
 )
 _DEFINED = ("cell", "heading", "bold", "quoted", "lead")
-# A table's delimiter row (|---|:--:|): the row above it is the header, which names columns.
-_DELIMITER_ROW = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*")
 # What must follow a letters-only label for a heading to define it: a colon or dash and its
 # meaning ("## NRF: non-refundable"); "## FAQ" or "## API keys" is a section about a topic.
 _HEADING_MEANING = re.compile(r"\s*[:：—–-]\s*\S.*")
-_QUOTES = "*`\"'“”‘’「」"
 # A Chinese word is about 1.7 characters; Chinese prose full of English identifiers stays "zh".
 _CJK_CHARS_PER_WORD = 1.7
 
@@ -223,7 +223,8 @@ def _is_code(token: str) -> bool:
 # both (W805, 32A, P7, L1). Running text indexes such a label only where a document defines it.
 LETTER_LABEL = re.compile(r"[A-Z]{2,8}")
 MIXED_LABEL = re.compile(r"(?=[0-9A-Z]*[0-9])(?=[0-9A-Z]*[A-Z])[0-9A-Z]{2,8}")
-_CODE_WORD = re.compile(r"[0-9A-Za-z_-]+")
+# A word as codes are written: letters, digits, "-" and "_" (JH-R-D03).
+CODE_WORD = re.compile(r"[0-9A-Za-z_-]+")
 _FAMILY = re.compile(r"[A-Za-z]+")
 
 
@@ -231,7 +232,7 @@ def query_labels(text: str) -> list[str]:
     """The words of ``text`` shaped as a label (``LETTER_LABEL`` or ``MIXED_LABEL``), in order.
 
     A word joined to others by '-' or '_' is part of a code (JH-R-D03), not a label of its own."""
-    words = (w for w in _CODE_WORD.findall(text) if LETTER_LABEL.fullmatch(w) or MIXED_LABEL.fullmatch(w))
+    words = (w for w in CODE_WORD.findall(text) if LETTER_LABEL.fullmatch(w) or MIXED_LABEL.fullmatch(w))
     return list(dict.fromkeys(words))
 
 
@@ -240,7 +241,7 @@ def standalone_letters(text: str) -> set[str]:
     of one letter, not "I", and not where a sentence starts ("A patron lost ...")."""
     return {
         match.group(0)
-        for match in _CODE_WORD.finditer(text)
+        for match in CODE_WORD.finditer(text)
         if _ONE_LETTER.fullmatch(match.group(0))
         and match.group(0) not in _LETTER_WORDS
         and not _starts_sentence(text, match.start())
@@ -275,17 +276,12 @@ def identifiers(text: str) -> list[str]:
     return list(found)
 
 
-def _unquoted(text: str) -> str:
-    """A definition's lead without its emphasis or quotes (**NRF**, `BR-3`)."""
-    return text.strip().strip(_QUOTES).strip()
-
-
 def code_label(text: str) -> str | None:
     """``text`` as a code label (upper case), or None if it is a word, a number or prose.
 
     Short labels qualify (BR-3, PR-A, C5), so only a place that defines a label may call this.
     """
-    token = _unquoted(text)
+    token = unquoted(text)
     if not _LABEL.fullmatch(token) or sum(c.isalnum() for c in token) < 2:
         return None
     return token if any(c.isdigit() for c in token) or "_" in token or "-" in token else None
@@ -315,7 +311,7 @@ def defined_codes(text: str) -> list[str]:
 
 def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
     """The letters-only label a definition's lead is, unless it heads a table or a topic."""
-    token = _unquoted(match.group(place))
+    token = unquoted(match.group(place))
     one_letter = _ONE_LETTER.fullmatch(token) is not None and place in _ONE_LETTER_PLACES
     if not (_LETTER_LABEL.fullmatch(token) or one_letter):
         return None
@@ -324,7 +320,7 @@ def _letter_label(text: str, match: re.Match[str], place: str) -> str | None:
     if place == "cell":
         line_end = text.find("\n", match.end())
         following = text[line_end + 1 :].split("\n", 1)[0] if line_end >= 0 else ""
-        if _DELIMITER_ROW.fullmatch(following):
+        if TABLE_DELIMITER_ROW.fullmatch(following):
             return None
     return token
 
