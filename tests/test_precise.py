@@ -103,6 +103,43 @@ def test_a_code_a_document_is_named_for_wins_over_a_list_of_forms_defining_it() 
     assert _precise(hits, entries, "ZL-F06 最后谁签发") == "pouring"
 
 
+def test_a_code_the_summary_of_a_document_names_wins_over_a_list_of_forms_defining_it() -> None:
+    # The manual's appendix of forms defines CK-05 in a row; the procedure says in its own summary
+    # that it is about the form, and only mentions it in its text.
+    forms = "| Form | Name |\n|---|---|\n| CK-05 | 长短款登记表 |\n| KG-03 | 金库出入登记簿 |\n"
+    entries = _entries(manual=forms, procedure="发现长短款的，填写《长短款登记表》（CK-05）。")
+    entries["procedure"] = replace(
+        entries["procedure"], summary="长短款的报告时限、登记表 CK-05 和处理原则。"
+    )
+    hits = [(k, "code", "CK-05") for k in entries]
+    assert _precise(hits, entries, "短款了 CK-05 多久内报主管") == "procedure"
+    # A summary naming a longer code (CK-050) does not name CK-05; the row decides.
+    entries["procedure"] = replace(entries["procedure"], summary="登记表 CK-050 的用法。")
+    assert _precise(hits, entries, "短款了 CK-05 多久内报主管") == "manual"
+
+
+def test_a_level_several_documents_define_follows_the_code_beside_it() -> None:
+    # L2 is defined by the manual and by the downtime procedure; BCP-03 names the procedure, which
+    # the ranking puts first (a label prose would not count as a code needs that: L1, A320).
+    levels = "| Level | Meaning |\n|---|---|\n| L2 | Several branches down |\n"
+    entries = _entries(downtime="## 应急处置（BCP-03）\n" + levels, manual=levels, other="See BCP-03.")
+    hits = [("manual", "code", "L2"), ("downtime", "code", "L2"), ("downtime", "code", "BCP-03")]
+    hits.append(("other", "code", "BCP-03"))
+    assert _precise(hits, entries, "BCP-03 L2 多久内要报运营管理部") == "downtime"
+    # Where the document the code names does not define the level, the level names none.
+    entries["downtime"] = replace(entries["downtime"], body="## 应急处置（BCP-03）\n见 L2。")
+    assert _precise(hits, entries, "BCP-03 L2 多久内要报运营管理部") is None
+
+
+def test_a_summary_naming_a_scale_does_not_name_one_level_of_it() -> None:
+    # Both define L4; the classification's summary names the scale, not the access process.
+    levels = "| Level | Meaning |\n|---|---|\n| L4 | Highly sensitive |\n"
+    entries = _entries(classification=levels, access="| Level | Days |\n|---|---|\n| L4 | 5 |\n")
+    entries["classification"] = replace(entries["classification"], summary="平台数据的 L1–L4 四级分类标准。")
+    hits = [(k, "code", "L4") for k in entries]
+    assert _precise(hits, entries, "How many working days for read rights on L4 data?") is None
+
+
 def test_a_letters_only_code_several_documents_define_names_the_one_the_ranking_puts_first() -> None:
     table = "| Code | Meaning |\n|---|---|\n| YD | Large print |\n"
     entries = _entries(cataloguing=table, koha=table)
