@@ -11,7 +11,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from retrieval.passages import whole_document
+from retrieval.passages import best_passage, whole_document
+from retrieval.ranking import ChunkScore, RankedDoc
 from storage.catalog_records import ChunkRecord
 
 HANDBOOK = "onboarding/operations-handbook.md"
@@ -173,3 +174,25 @@ def test_the_same_file_under_two_paths_is_sent_once(
     # Both copies used to come back, the second as a supplement with the same text.
     assert sent[0] in {"ops/backups.md", "team-b/backups.md"}
     assert sent[1:] == ["ops/restores.md"], sent
+
+
+def test_a_second_section_that_matches_as_well_joins_the_best_one() -> None:
+    # A long document: the rule in section 1, its exception in section 4, the rest elsewhere.
+    chunks = [ChunkRecord(f"c{i}", "d.md", i, f"S{i}", f"text {i} " * 40, "en") for i in range(6)]
+    close = (0.50, 0.90, 0.60, 0.55, 0.88, 0.40)  # c1's neighbours are far below it, c4 is close
+    assert _chosen(chunks, close, limit=1000) == ("c1", "c4")
+    # Not when it matches less closely than a neighbour must, nor when it does not fit.
+    assert _chosen(chunks, (0.50, 0.90, 0.60, 0.55, 0.80, 0.40), limit=1000) == ("c1",)
+    assert _chosen(chunks, close, limit=500) == ("c1",)
+    # A targeted lookup gets one passage: the dimension's best match.
+    assert _chosen(chunks, close, limit=1000, next_best=True) == ("c1",)
+
+
+def _chosen(
+    chunks: list[ChunkRecord], fused: tuple[float, ...], *, limit: int, next_best: bool = False
+) -> tuple[str, ...]:
+    scored = tuple(ChunkScore(c.chunk_id, c.doc_key, f, f, 0.0) for c, f in zip(chunks, fused, strict=True))
+    doc = RankedDoc("d.md", max(fused), max(fused), 0.0, scored, False)
+    passage = best_passage(doc, chunks, title="T", limit=limit, next_best=next_best)
+    assert passage is not None
+    return passage.chunk_ids
