@@ -26,10 +26,10 @@ def by_codes(
     defines it too: "BCP-03 L2" asks about level L2 of procedure BCP-03, whose page defines the
     levels as the branch manual does."""
     owners = {code: _owner(code, docs, entries, first) for code, docs in by_code.items()}
-    named = set(owners.values()) - {None}
-    if len(named) != 1:
+    owning = set(owners.values()) - {None}
+    if len(owning) != 1:
         return None
-    doc = named.pop()
+    doc = owning.pop()
     unowned = [code for code, owner in owners.items() if owner is None]
     return doc if all(doc in by_code[code] and defines(entries[doc], code) for code in unowned) else None
 
